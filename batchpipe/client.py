@@ -1,0 +1,323 @@
+"""The Python client: submit a batch, watch it, collect its results.
+
+``Client`` is the one code path behind the ``batchpipe submit``, ``status`` and
+``collect`` commands, configured exactly as the worker is (:mod:`worker.config`).
+
+    client = Client(bootstrap="127.0.0.1:9092")
+    receipt = client.submit_file("batch.jsonl")
+    client.collect(receipt.batch_id, "output.jsonl", "errors.jsonl", timeout_s=600)
+    print(client.status(receipt.batch_id).completed)
+
+A batch is published in one Kafka transaction — all of its requests or none — after
+every request passed validation (:mod:`batchpipe.batchfile`). Results are read with
+``read_committed`` consumers that start at the batch's submit time (see
+:mod:`batchpipe.collect`) and never join a group or commit offsets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from confluent_kafka import KafkaException, Producer
+
+from batchpipe.batchfile import (
+    DEFAULT_LIMITS,
+    BatchLimits,
+    iter_file,
+    validate_file,
+    validate_requests,
+)
+from batchpipe.collect import (
+    BatchStatus,
+    BatchTally,
+    batch_results,
+    batch_time,
+    new_batch_id,
+    open_reader,
+    record_headers,
+    records,
+    write_result,
+)
+from batchpipe.progress import Progress
+from worker import clients
+from worker.codec import CodecLimits, decode_request, encode_request
+from worker.config import Config, load_config
+from worker.errors import RequestError
+from worker.messages import InferenceRequest, InferenceResult
+
+__all__ = [
+    "DEFAULT_COMPLETION_WINDOW_S",
+    "BatchLimits",
+    "BatchNotFoundError",
+    "BatchStatus",
+    "Client",
+    "CollectTimeoutError",
+    "SubmitReceipt",
+]
+
+DEFAULT_COMPLETION_WINDOW_S = 24 * 3600.0
+TRANSACTION_TIMEOUT_S = 30.0
+#: Kafka's default cap on a transaction's lifetime (transaction.max.timeout.ms) is 15 min.
+TRANSACTION_LIFETIME_MS = 600_000
+
+TextTarget = str | os.PathLike[str] | TextIO
+
+
+@dataclass(frozen=True)
+class SubmitReceipt:
+    """A published batch: its id, number of requests and submit time (unix seconds)."""
+
+    batch_id: str
+    total: int
+    submitted_at: float
+
+
+class CollectTimeoutError(TimeoutError):
+    """The batch was not complete when the timeout ran out; ``status`` says how far it got."""
+
+    def __init__(self, status: BatchStatus, timeout_s: float) -> None:
+        super().__init__(
+            f"batch {status.batch_id}: {status.completed + status.failed} of "
+            f"{status.total or '?'} requests answered after {timeout_s:g}s"
+        )
+        self.status = status
+        self.timeout_s = timeout_s
+
+
+class BatchNotFoundError(LookupError):
+    """Neither a request nor a result of the batch is on its topics."""
+
+
+class Client:
+    """Submits batches and reads their results.
+
+    ``config`` defaults to :func:`worker.config.load_config` (defaults overridden by
+    ``BATCHPIPE_*`` environment variables); ``bootstrap`` overrides
+    ``kafka.bootstrap_servers``; ``limits`` are checked before anything is published.
+    """
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        bootstrap: str | None = None,
+        limits: BatchLimits = DEFAULT_LIMITS,
+    ) -> None:
+        config = config if config is not None else load_config()
+        if bootstrap:
+            config = replace(config, kafka=replace(config.kafka, bootstrap_servers=bootstrap))
+        self.config = config
+        self.limits = limits
+        self._codec_limits = CodecLimits.from_config(config.limits)
+
+    # -- submit ---------------------------------------------------------------------
+
+    def submit(
+        self,
+        requests: Iterable[InferenceRequest | Mapping[str, Any]],
+        batch_id: str | None = None,
+    ) -> SubmitReceipt:
+        """Validate and publish requests (dataclasses or OpenAI/Bailian batch-line dicts).
+
+        Raises :class:`~batchpipe.batchfile.BatchFileError` (nothing published) when any
+        request is invalid, ``KafkaException`` when publishing fails (nothing committed).
+        """
+        checked = validate_requests(requests, self.limits)
+        return self._publish(lambda: iter(checked), len(checked), batch_id)
+
+    def submit_file(
+        self, path: str | os.PathLike[str], batch_id: str | None = None
+    ) -> SubmitReceipt:
+        """Validate and publish a JSONL batch file; see :meth:`submit`.
+
+        The file is streamed twice (validate, then publish), never held in memory.
+        """
+        total = validate_file(path, self.limits)
+        return self._publish(lambda: iter_file(path, self.limits), total, batch_id)
+
+    def _publish(
+        self,
+        requests: Callable[[], Iterator[InferenceRequest]],
+        total: int,
+        batch_id: str | None,
+    ) -> SubmitReceipt:
+        kafka = self.config.kafka
+        submitted_at = time.time()
+        batch_id = batch_id or new_batch_id(submitted_at)
+        clients.ensure_topics(
+            kafka, [kafka.requests_topic, kafka.results_topic, kafka.dead_letter_topic]
+        )
+        producer = clients.producer(
+            kafka,
+            transactional_id=f"batchpipe-submit-{batch_id}",
+            extra={
+                "transaction.timeout.ms": TRANSACTION_LIFETIME_MS,
+                "message.max.bytes": max(1_000_000, self.config.limits.max_message_bytes + 65536),
+            },
+        )
+        producer.init_transactions(TRANSACTION_TIMEOUT_S)
+        producer.begin_transaction()
+        try:
+            for req in requests():
+                stamped = replace(
+                    req, batch_id=batch_id, batch_total=total, submitted_at=submitted_at
+                )
+                value, headers = encode_request(stamped)
+                _produce(producer, kafka.requests_topic, req.custom_id.encode(), value, headers)
+            producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+        except BaseException:
+            with contextlib.suppress(KafkaException):
+                producer.abort_transaction(TRANSACTION_TIMEOUT_S)
+            raise
+        return SubmitReceipt(batch_id, total, submitted_at)
+
+    # -- read back ------------------------------------------------------------------
+
+    def results(
+        self, batch_id: str, timeout_s: float | None = None, *, since: float | None = None
+    ) -> Iterator[InferenceResult]:
+        """Yield each request's result once, in arrival order, until the batch is complete.
+
+        Raises :class:`CollectTimeoutError` when ``timeout_s`` passes first. ``since``
+        (unix seconds) is where reading starts; by default the time inside a generated
+        batch id, else the beginning of the results topic.
+        """
+        return self._results(BatchTally(batch_id), timeout_s, since)
+
+    def _results(
+        self, tally: BatchTally, timeout_s: float | None, since: float | None
+    ) -> Iterator[InferenceResult]:
+        kafka = self.config.kafka
+        since = since if since is not None else batch_time(tally.batch_id)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        consumer, partitions = open_reader(kafka, kafka.results_topic, since)
+        try:
+            yield from batch_results(
+                consumer, partitions, tally, self._codec_limits, until_end=False, deadline=deadline
+            )
+        finally:
+            consumer.close()
+        if not tally.complete:
+            assert timeout_s is not None  # without a deadline only completion ends the loop
+            status = tally.status(
+                submitted_at=since, now=time.time(), completion_window_s=None, price_per_1k=None
+            )
+            raise CollectTimeoutError(status, timeout_s)
+
+    def collect(
+        self,
+        batch_id: str,
+        output: TextTarget,
+        errors: TextTarget,
+        timeout_s: float | None = None,
+        *,
+        since: float | None = None,
+        progress: Progress | None = None,
+    ) -> BatchStatus:
+        """Write the batch's results as JSONL as they arrive, until it is complete.
+
+        Completions go to ``output``, failures to ``errors`` (paths are truncated first;
+        open text streams are written as they are), one line per ``custom_id``.
+        ``progress`` is told ``(answered, total)`` after each new result and closed at
+        the end. Raises :class:`CollectTimeoutError` (files hold what arrived) on timeout.
+        """
+        tally = BatchTally(batch_id)
+        progress = progress or Progress()
+        with contextlib.ExitStack() as stack:
+            out, err = (_open_text(stack, target) for target in (output, errors))
+            try:
+                for result in self._results(tally, timeout_s, since):
+                    write_result(result, out, err)
+                    progress.update(tally.answered, tally.total)
+            finally:
+                progress.close()
+        return tally.status(
+            submitted_at=since if since is not None else batch_time(batch_id),
+            now=time.time(),
+            completion_window_s=None,
+            price_per_1k=None,
+        )
+
+    def status(
+        self,
+        batch_id: str,
+        *,
+        since: float | None = None,
+        completion_window_s: float | None = DEFAULT_COMPLETION_WINDOW_S,
+        price_per_1k: float | None = None,
+    ) -> BatchStatus:
+        """Counts, tokens and state of a batch, from the results topic read to its end.
+
+        ``state`` is ``completed`` once every request is answered, ``expired`` when the
+        completion window since submission passed first, else ``in_progress``. While no
+        result exists yet, the batch size and submit time come from its first request.
+        Raises :class:`BatchNotFoundError` when neither topic holds anything of it.
+        """
+        kafka = self.config.kafka
+        since = since if since is not None else batch_time(batch_id)
+        tally = BatchTally(batch_id)
+        consumer, partitions = open_reader(kafka, kafka.results_topic, since)
+        try:
+            for _ in batch_results(
+                consumer, partitions, tally, self._codec_limits, until_end=True, deadline=None
+            ):
+                pass
+        finally:
+            consumer.close()
+        submitted_at = since
+        if tally.total == 0 or submitted_at is None:
+            first = self._first_request(batch_id, since)
+            if first is None and tally.answered == 0:
+                raise BatchNotFoundError(
+                    f"no request or result of batch {batch_id!r} on "
+                    f"{kafka.requests_topic} / {kafka.results_topic}"
+                )
+            if first is not None:
+                tally.total = max(tally.total, first.batch_total)
+                submitted_at = first.submitted_at
+        return tally.status(
+            submitted_at=submitted_at,
+            now=time.time(),
+            completion_window_s=completion_window_s,
+            price_per_1k=price_per_1k,
+        )
+
+    def _first_request(self, batch_id: str, since: float | None) -> InferenceRequest | None:
+        """The first request of the batch on the requests topic, None if there is none."""
+        kafka = self.config.kafka
+        consumer, partitions = open_reader(kafka, kafka.requests_topic, since)
+        try:
+            for msg in records(consumer, partitions, until_end=True, deadline=None):
+                try:
+                    req = decode_request(msg.value(), record_headers(msg), self._codec_limits)
+                except RequestError:
+                    continue
+                if req.batch_id == batch_id:
+                    return req
+        finally:
+            consumer.close()
+        return None
+
+
+def _produce(
+    producer: Producer, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]
+) -> None:
+    sent: list[tuple[str, str | bytes | None]] = list(headers)
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key, headers=sent)
+            return
+        except BufferError:  # the local queue is full: let deliveries drain it
+            producer.poll(0.1)
+
+
+def _open_text(stack: contextlib.ExitStack, target: TextTarget) -> TextIO:
+    if isinstance(target, (str, os.PathLike)):
+        return stack.enter_context(Path(target).open("w", encoding="utf-8"))
+    return target

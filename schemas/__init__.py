@@ -1,0 +1,1 @@
+"""JSON Schemas of the wire contract and the configuration (package data: ``*.schema.json``)."""

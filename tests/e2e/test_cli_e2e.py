@@ -1,0 +1,116 @@
+"""The CLI as a user runs it: broker, worker, submit and collect as separate processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "requests.jsonl"
+BATCHPIPE = [sys.executable, "-m", "batchpipe.cli"]
+
+
+def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*BATCHPIPE, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[str]:
+    """``batchpipe broker`` in its own process; its first stdout line is the address."""
+    if os.environ.get("KAFKA_BOOTSTRAP"):
+        yield os.environ["KAFKA_BOOTSTRAP"]
+        return
+    process = subprocess.Popen(
+        [*BATCHPIPE, "broker", "--port", "0"], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    assert process.stdout is not None
+    address = process.stdout.readline().strip()
+    assert address.startswith("127.0.0.1:"), address
+    yield address
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(20) == 0
+
+
+def write_config(tmp_path: Path, bootstrap: str, engine: dict[str, str]) -> Path:
+    suffix = uuid.uuid4().hex[:8]
+    config = {
+        "kafka": {
+            "bootstrap_servers": bootstrap,
+            "group_id": f"e2e-{suffix}",
+            "requests_topic": f"e2e-requests-{suffix}",
+            "results_topic": f"e2e-results-{suffix}",
+            "dead_letter_topic": f"e2e-dead-{suffix}",
+            "partitions": 3,
+        },
+        "engine": engine,
+        "metrics": {"host": "127.0.0.1", "port": 0},
+    }
+    path = tmp_path / "worker.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def submit_and_collect(tmp_path: Path, config: Path) -> tuple[list[dict[str, object]], int]:
+    worker = subprocess.Popen([*BATCHPIPE, "worker", "-c", str(config)], cwd=ROOT)
+    try:
+        submitted = run("submit", str(EXAMPLES), "-c", str(config))
+        assert submitted.returncode == 0, submitted.stderr
+        batch_id = submitted.stdout.strip().splitlines()[-1]
+        out, errors = tmp_path / "out.jsonl", tmp_path / "errors.jsonl"
+        collected = run(
+            "collect", "--batch-id", batch_id, "-o", str(out), "--errors", str(errors),
+            "--timeout", "240", "-c", str(config),
+        )  # fmt: skip
+        assert collected.returncode == 0, collected.stderr
+        lines = [json.loads(line) for line in out.read_text().splitlines()]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(60)
+    return lines, code
+
+
+def expected() -> dict[str, dict[str, str]]:
+    rows = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()]
+    return {row["custom_id"]: row.get("metadata", {}) for row in rows}
+
+
+def test_echo_batch_round_trip_through_the_cli(tmp_path: Path, broker: str) -> None:
+    config = write_config(tmp_path, broker, {"kind": "echo", "model": "echo"})
+    lines, worker_exit = submit_and_collect(tmp_path, config)
+    want = expected()
+    assert sorted(line["custom_id"] for line in lines) == sorted(want)
+    for line in lines:
+        assert line["error"] is None
+        assert line["metadata"] == want[str(line["custom_id"])]
+    assert worker_exit == 0
+
+
+@pytest.mark.model
+def test_real_model_answers_the_example_batch(tmp_path: Path, broker: str) -> None:
+    config = write_config(tmp_path, broker, {"kind": "hf", "model": "smollm2-135m-instruct"})
+    lines, worker_exit = submit_and_collect(tmp_path, config)
+    assert sorted(line["custom_id"] for line in lines) == sorted(expected())
+    for line in lines:
+        body = line["response"]["body"]  # type: ignore[index]
+        assert body["choices"][0]["message"]["content"].strip()
+        assert body["usage"]["completion_tokens"] > 0
+    assert worker_exit == 0
+
+
+def test_demo_runs_end_to_end_with_the_echo_engine() -> None:
+    done = run("demo", "--set", "engine.kind=echo", "--set", "engine.model=echo")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "completed" in done.stdout and "/metrics" in done.stdout

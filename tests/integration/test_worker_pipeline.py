@@ -1,0 +1,133 @@
+"""The worker on a real broker with the echo engine: every record gets exactly one answer."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+
+import pytest
+import zstandard
+
+from tests.integration.harness import (
+    publish,
+    publish_raw,
+    read_results,
+    read_topic,
+    running_worker,
+)
+from worker.codec import JSON_CONTENT_TYPE, REQUEST_CONTENT_TYPE, encode_request
+from worker.config import Config
+from worker.engines.echo import EchoEngine
+from worker.messages import ChatMessage, InferenceRequest, SamplingParams
+
+pytestmark = pytest.mark.integration
+
+
+def echo_config(config: Config, **batching: object) -> Config:
+    return replace(
+        config,
+        engine=replace(config.engine, kind="echo", model="echo"),
+        batching=replace(config.batching, **batching),  # type: ignore[arg-type]
+    )
+
+
+def chat(i: int, **fields: object) -> InferenceRequest:
+    return InferenceRequest(
+        custom_id=f"req-{i}",
+        batch_id="b1",
+        batch_total=0,
+        messages=(ChatMessage("user", f"hello {i}"),),
+        sampling=SamplingParams(max_tokens=32, temperature=0.0),
+        metadata={"row": str(i)},
+        submitted_at=time.time(),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def test_every_request_answered_once_with_its_metadata(kafka_config: Config) -> None:
+    config = echo_config(kafka_config)
+    n = 300
+    publish(config, (chat(i) for i in range(n)))
+    with running_worker(config):
+        results = read_results(config, n)
+    by_id = {r.custom_id: r for r in results}
+    assert len(results) == n and len(by_id) == n
+    for i in range(n):
+        r = by_id[f"req-{i}"]
+        assert r.status == "completed", r.error
+        assert r.text == f"hello {i}"
+        assert dict(r.metadata) == {"row": str(i)}
+        assert r.usage.completion_tokens == len(f"hello {i}")
+        assert r.batch_size >= 1 and r.model == "echo"
+
+
+def test_at_least_once_delivery_answers_everything(kafka_config: Config) -> None:
+    config = echo_config(kafka_config)
+    config = replace(config, kafka=replace(config.kafka, delivery="at_least_once"))
+    publish(config, (chat(i) for i in range(100)))
+    with running_worker(config):
+        results = read_results(config, 100)
+    assert sorted(r.custom_id for r in results) == sorted(f"req-{i}" for i in range(100))
+
+
+def _pb_payload(request: InferenceRequest) -> bytes:
+    value, _ = encode_request(request)
+    return zstandard.ZstdDecompressor().decompress(value)
+
+
+def test_bad_records_are_answered_and_do_not_stop_the_worker(kafka_config: Config) -> None:
+    config = echo_config(kafka_config)
+    proto = [("content-type", REQUEST_CONTENT_TYPE.encode()), ("content-encoding", b"zstd")]
+    as_json = [("content-type", JSON_CONTENT_TYPE.encode())]
+    zstd = zstandard.ZstdCompressor()
+    bomb = zstd.compress(b"\0" * (64 * 1024 * 1024))  # a few KB declaring 64 MiB
+    line = {"custom_id": "json-bad-url", "method": "POST", "url": "/v1/images", "body": {}}
+    records: list[tuple[bytes | None, list[tuple[str, bytes]] | None]] = [
+        encode_request(chat(1)),
+        (b"\x28\xb5\x2f\xfd" + b"garbage" * 10, proto),  # undecodable zstd
+        (zstd.compress(_pb_payload(chat(99))[:-5]), proto),  # truncated protobuf
+        (b'{"hello": "world"}', as_json),  # JSON that is not a batch line
+        (json.dumps({"method": "POST", "url": "/v1/chat/completions"}).encode(), as_json),
+        (bomb, proto),
+        (json.dumps(line).encode(), as_json),  # custom_id recoverable: 4002 result
+        encode_request(chat(2)),
+    ]
+    publish_raw(config, records)
+    with running_worker(config):
+        results = read_results(config, 3)
+        letters = read_topic(config, config.kafka.dead_letter_topic, 5)
+    by_id = {r.custom_id: r for r in results}
+    assert by_id["req-1"].status == by_id["req-2"].status == "completed"
+    assert by_id["json-bad-url"].error is not None and by_id["json-bad-url"].error.code == 4002
+    codes = sorted(int(dict(m.headers() or [])["error-code"]) for m in letters)
+    assert codes == [4001, 4001, 4001, 4001, 4003]
+    originals = {m.value() for m in letters}
+    assert bomb in originals and b'{"hello": "world"}' in originals
+
+
+def test_limits_deadline_and_model_are_answered_with_their_codes(kafka_config: Config) -> None:
+    config = echo_config(kafka_config, max_batch_tokens=256)
+    requests = [
+        chat(1, deadline=time.time() - 5),
+        chat(2, model="some-other-model"),
+        replace(chat(3), messages=(ChatMessage("user", "x" * 300),)),
+        chat(4),
+    ]
+    publish(config, requests)
+    with running_worker(config):
+        results = read_results(config, 4)
+    codes = {r.custom_id: (r.error.code if r.error else 0) for r in results}
+    assert codes == {"req-1": 4004, "req-2": 4002, "req-3": 4003, "req-4": 0}
+
+
+def test_prefetch_bounds_in_flight_requests_under_a_backlog(kafka_config: Config) -> None:
+    config = echo_config(kafka_config, prefetch_count=64, max_batch_size=16, adaptive=False)
+    n = 5000
+    publish(config, (chat(i) for i in range(n)))
+    slow = EchoEngine(delay_per_batch_s=0.01)
+    with running_worker(config, slow) as worker:
+        results = read_results(config, n, timeout_s=240)
+        peak = worker.admission.peak
+    assert len({r.custom_id for r in results}) == n
+    assert 0 < peak <= 64

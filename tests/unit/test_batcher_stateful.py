@@ -1,0 +1,214 @@
+"""Stateful property test of DynamicBatcher against its invariants.
+
+Random interleavings of add / time passing / release / complete / requeue / expire /
+revoke / resize, under random limits and formation modes, checking after every step:
+limits never exceeded, every request answered exactly once (complete, pop_expired,
+drop_partitions or OverLimit), the anchor (highest-priority oldest) in every released
+batch, strict order in FIFO mode, release exactly when full / timed out / flushed, and dedup
+followers answered with their leader.
+"""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from batcher import BatchLimits, DynamicBatcher, OverLimit, Pending
+
+PARTITIONS = [("requests", p) for p in range(3)]
+Spec = tuple[int, int, int, tuple[str, int], "bytes | None", "bytes | None", "int | None"]
+
+
+def order(item: Pending[int]) -> tuple[int, float]:
+    # Arrivals are distinct in this machine, so this is a total order.
+    return (-item.priority, item.arrival)
+
+
+class BatcherMachine(RuleBasedStateMachine):
+    @initialize(
+        max_size=st.integers(1, 6),
+        max_tokens=st.integers(20, 400),
+        timeout_ms=st.sampled_from([0, 50, 100]),
+        length_aware=st.booleans(),
+        shared_prefix=st.booleans(),
+        dedup=st.booleans(),
+    )
+    def setup(
+        self,
+        max_size: int,
+        max_tokens: int,
+        timeout_ms: int,
+        length_aware: bool,
+        shared_prefix: bool,
+        dedup: bool,
+    ) -> None:
+        self.limits = BatchLimits(max_size, max_tokens, timeout_ms / 1000, length_aware,
+                                  shared_prefix)  # fmt: skip
+        self.fifo = not (length_aware or shared_prefix)
+        self.b: DynamicBatcher[int] = DynamicBatcher(self.limits, dedup=dedup)
+        self.ms = 0
+        self.added: dict[str, Pending[int]] = {}
+        self.answered: dict[str, str] = {}
+        self.running: set[str] = set()
+
+    @property
+    def now(self) -> float:
+        return self.ms / 1000
+
+    def answer(self, items: list[Pending[int]], how: str) -> None:
+        for i in items:
+            assert i.key in self.added, i.key
+            assert i.key not in self.answered, (i.key, self.answered[i.key], how)
+            self.answered[i.key] = how
+
+    @rule(
+        specs=st.lists(
+            st.tuples(
+                st.integers(0, 120),  # prompt tokens
+                st.integers(0, 60),  # max_tokens
+                st.integers(0, 2),  # priority
+                st.sampled_from(PARTITIONS),
+                st.sampled_from([None, b"a", b"b"]),  # dedup key
+                st.sampled_from([None, b"p", b"q"]),  # prefix key
+                st.none() | st.integers(0, 300),  # deadline, ms from now
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    def add(self, specs: list[Spec]) -> None:
+        for prompt, gen, priority, partition, dedup_key, prefix_key, deadline_ms in specs:
+            self.ms += 1  # distinct arrivals
+            n = len(self.added)
+            deadline = None if deadline_ms is None else self.now + deadline_ms / 1000
+            item = Pending(f"r{n}", partition, n, prompt, gen, self.now, n, priority, deadline,
+                           dedup_key, prefix_key)  # fmt: skip
+            self.added[item.key] = item
+            try:
+                followed = self.b.add(item, self.now)
+            except OverLimit as err:
+                assert item.tokens > self.limits.max_batch_tokens
+                assert err.key == item.key
+                self.answer([item], "over-limit")
+                continue
+            assert item.tokens <= self.limits.max_batch_tokens
+            if followed:
+                assert self.b.dedup and dedup_key is not None
+                assert item.key not in {i.key for i in self.b.queued()}
+
+    @rule(ms=st.integers(0, 150))
+    def advance(self, ms: int) -> None:
+        self.ms += ms
+
+    @rule(size=st.integers(1, 6))
+    def resize(self, size: int) -> None:
+        size = min(size, self.limits.max_batch_size)
+        self.b.max_batch_size = size
+        assert self.b.max_batch_size == size
+
+    @rule(flush=st.booleans())
+    def release(self, flush: bool) -> None:
+        queue = self.b.queued()
+        wake = self.b.wake_at()
+        batch = self.b.next_batch(self.now, flush=flush)
+        if not queue:
+            assert batch is None and wake is None
+            return
+        oldest = min(i.arrival for i in queue)
+        assert wake == oldest + self.limits.timeout_s
+        size, limit = self.b.max_batch_size, self.limits.max_batch_tokens
+        full = len(queue) >= size or sum(i.tokens for i in queue) > limit
+        due = full or self.now >= wake or flush
+        assert (batch is not None) == due
+        if batch is None:
+            return
+        assert batch.reason == ("full" if full else "timeout" if self.now >= wake else "flush")
+        assert 1 <= batch.size <= size
+        assert batch.tokens <= limit
+        assert all(i in queue for i in batch.items)
+        # no starvation: the highest-priority oldest request leaves in this batch
+        assert batch.items[0] == min(queue, key=order)
+        left = [i for i in queue if i not in batch.items]
+        if self.fifo:
+            assert list(batch.items) == queue[: batch.size]
+            assert all(order(i) < order(j) for i in batch.items for j in left)
+        elif batch.size < size:
+            spare = limit - batch.tokens
+            assert all(i.tokens > spare for i in left)
+        self.running |= {i.key for i in batch.items}
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def complete(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.running)))
+        done = self.b.complete(key)
+        self.running.remove(key)
+        leader, *followers = done
+        assert leader.key == key
+        assert all(self.b.dedup and f.dedup_key == leader.dedup_key for f in followers)
+        self.answer(done, "completed")
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def requeue(self, data: st.DataObject) -> None:
+        keys = data.draw(st.sets(st.sampled_from(sorted(self.running)), min_size=1))
+        self.b.requeue([self.added[k] for k in keys])
+        self.running -= keys
+        assert keys <= {i.key for i in self.b.queued()}
+
+    @rule()
+    def expire(self) -> None:
+        expired = self.b.pop_expired(self.now)
+        for i in expired:
+            assert i.deadline is not None and i.deadline < self.now
+            assert i.key not in self.running
+        self.answer(expired, "expired")
+        assert not any(i.expired(self.now) for i in self.b.queued())
+
+    @rule(partitions=st.sets(st.sampled_from(PARTITIONS), min_size=1))
+    def revoke(self, partitions: set[tuple[str, int]]) -> None:
+        dropped = self.b.drop_partitions(partitions)
+        assert all(i.partition in partitions for i in dropped)
+        self.answer(dropped, "dropped")
+        self.running -= {i.key for i in dropped}
+        remaining = [*self.b.queued(), *self.b.running()]
+        assert not any(i.partition in partitions for i in remaining)
+
+    @invariant()
+    def accounting(self) -> None:
+        if not hasattr(self, "b"):
+            return
+        queued = {i.key for i in self.b.queued()}
+        running = {i.key for i in self.b.running()}
+        assert running == self.running
+        assert not queued & running
+        in_flight = self.added.keys() - self.answered.keys()
+        assert queued | running <= in_flight
+        assert self.b.in_flight() == len(in_flight)
+        assert len(self.b) == len(queued)
+        queue = self.b.queued()
+        assert all(order(a) < order(b) for a, b in zip(queue, queue[1:]))
+
+    def teardown(self) -> None:
+        if not hasattr(self, "b"):
+            return
+        for key in sorted(self.running):
+            self.answer(self.b.complete(key), "completed")
+        while (batch := self.b.next_batch(self.now, flush=True)) is not None:
+            for i in batch.items:
+                self.answer(self.b.complete(i.key), "completed")
+        assert self.b.in_flight() == 0
+        assert self.answered.keys() == self.added.keys()
+
+
+BatcherMachine.TestCase.settings = settings(
+    max_examples=200, stateful_step_count=40, deadline=None
+)
+test_batcher_machine = BatcherMachine.TestCase

@@ -1,0 +1,223 @@
+"""The one typed, validated configuration object of a batchpipe process.
+
+Sources, later ones override earlier ones: built-in defaults (the source document's
+values), a YAML file (``-c FILE``), environment variables ``BATCHPIPE_A__B=value``
+(double underscore for nesting), then ``--set a.b=value`` on the command line.
+The merged document is validated against ``schemas/worker-config.schema.json``
+before it becomes a :class:`Config`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import jsonschema
+import yaml
+
+ENV_PREFIX = "BATCHPIPE_"
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the offending key."""
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap_servers: str = "127.0.0.1:9092"
+    group_id: str = "batchpipe"
+    requests_topic: str = "batchpipe.requests"
+    results_topic: str = "batchpipe.results"
+    dead_letter_topic: str = "batchpipe.dead-letter"
+    partitions: int = 6  # used when the worker creates missing topics
+    replication_factor: int = 1
+    delivery: Literal["exactly_once", "at_least_once"] = "exactly_once"
+    commit_interval_ms: int = 100
+    client: Mapping[str, Any] = field(default_factory=dict)  # raw librdkafka settings
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    prefetch_count: int = 64
+    max_batch_size: int = 32
+    max_batch_tokens: int = 8192
+    timeout_ms: int = 100
+    adaptive: bool = True
+    adaptive_interval_ms: int = 1000
+    dedup: bool = True
+    length_aware: bool = True
+    shared_prefix: bool = True
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    kind: Literal["hf", "trtllm", "echo"] = "hf"
+    model: str = "smollm2-135m-instruct"  # a known name, a model directory or a .gguf file
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    pinned_memory: bool = True
+    gpu_memory_fraction: float = 0.9  # trtllm KV cache share of free GPU memory
+    engine_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Defaults for fields a request leaves unset."""
+
+    max_tokens: int = 256
+    temperature: float = 0.0
+    enable_thinking: bool = False
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    max_message_bytes: int = 6 * 1024 * 1024
+    max_decompressed_bytes: int = 6 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    enabled: bool = True
+    host: str = "0.0.0.0"
+    port: int = 9400
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    worker_id: str = ""  # stable per instance (transactional.id); default: hostname-pid
+    drain_timeout_s: float = 30.0
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["text", "json"] = "text"
+
+
+@dataclass(frozen=True)
+class Config:
+    kafka: KafkaConfig = KafkaConfig()
+    batching: BatchingConfig = BatchingConfig()
+    engine: EngineConfig = EngineConfig()
+    generation: GenerationConfig = GenerationConfig()
+    limits: LimitsConfig = LimitsConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    worker: WorkerConfig = WorkerConfig()
+
+    def to_dict(self) -> dict[str, Any]:
+        plain: dict[str, Any] = _plain(asdict(self))
+        return plain
+
+
+def _plain(value: Any) -> Any:  # MappingProxy/dict → plain dicts, for YAML, JSON and the schema
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _schema() -> dict[str, Any]:
+    text = resources.files("schemas").joinpath("worker-config.schema.json").read_text()
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def _parse_scalar(text: str) -> Any:
+    """``--set``/environment values are YAML scalars: 8, 0.5, true, a string."""
+    try:
+        return yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError:
+        return text
+
+
+def _assign(doc: dict[str, Any], path: list[str], value: Any, origin: str) -> None:
+    node = doc
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{origin}: {'.'.join(path)} goes through a non-mapping key {part!r}")
+        node = child
+    node[path[-1]] = value
+
+
+def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for name, raw in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
+        value: Any = _parse_scalar(raw)
+        # kafka.client keys are librdkafka names ("security.protocol"): env uses "_" for ".";
+        # their values stay strings, as librdkafka takes them (a password "123456" is text)
+        if len(path) == 3 and path[:2] == ["kafka", "client"]:
+            path[2] = path[2].replace("_", ".")
+            value = raw
+        _assign(doc, path, value, f"environment {name}")
+    return doc
+
+
+def _from_sets(sets: Iterable[str]) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. batching.timeout_ms=50")
+        path = key.split(".")
+        # everything after kafka.client. is one librdkafka key with dots in it
+        value: Any = _parse_scalar(raw)
+        if len(path) > 2 and path[:2] == ["kafka", "client"]:
+            path, value = [*path[:2], ".".join(path[2:])], raw
+        _assign(doc, path, value, f"--set {item}")
+    return doc
+
+
+def _build(cls: type[Any], doc: Mapping[str, Any]) -> Any:
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in doc:
+            continue
+        value = doc[f.name]
+        default = cls.__dataclass_fields__[f.name].default
+        kwargs[f.name] = _build(type(default), value) if is_dataclass(default) else value
+    return cls(**kwargs)
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    sets: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Merge defaults, the YAML file, the environment and ``--set`` items; validate."""
+    doc: dict[str, Any] = Config().to_dict()
+    if path is not None:
+        file = Path(path)
+        try:
+            loaded = yaml.safe_load(file.read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {file} is not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {file} must hold a mapping at the top level")
+        doc = _merge(doc, loaded)
+    doc = _merge(doc, _from_env(os.environ if environ is None else environ))
+    doc = _merge(doc, _from_sets(sets))
+    validator = jsonschema.Draft202012Validator(_schema())
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [
+            f"  {'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors
+        ]
+        raise ConfigError("invalid configuration:\n" + "\n".join(lines))
+    config: Config = _build(Config, doc)
+    return config

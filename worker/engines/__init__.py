@@ -1,0 +1,1 @@
+"""Inference engines behind one contract (:mod:`worker.engines.base`)."""

@@ -1,0 +1,126 @@
+"""The model-free echo engine: a deterministic transform of the prompt, honest token counts.
+
+Its "tokenizer" is UTF-8: one token per byte, so counts are exact and reversible. A chat
+renders as ``"role: content\\n"`` lines; the reply is the last user message's content
+(a plain prompt is echoed whole). It never imports torch, so it measures the pipeline's
+own overhead; ``delay_per_batch_s`` / ``delay_per_token_s`` make it a slow engine for tests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from worker.config import GenerationConfig
+from worker.engines.base import Completion, Engine, EngineInput, OnComplete
+from worker.engines.busy import BusyMeter
+from worker.errors import ErrorCode, RequestError
+from worker.messages import FinishReason, InferenceRequest
+
+_ROLES = ("system", "user", "assistant", "tool", "developer")
+
+
+def render_chat(messages: Sequence[tuple[str, str]]) -> str:
+    """The echo engine's chat template: one ``role: content`` line per message."""
+    return "".join(f"{role}: {content}\n" for role, content in messages)
+
+
+def reply_text(prompt: str) -> str:
+    """The last user message's content of a rendered chat, else the whole prompt."""
+    marker = "user: "
+    at = prompt.rfind("\n" + marker)
+    if at >= 0:
+        start = at + 1
+    elif prompt.startswith(marker):
+        start = 0
+    else:
+        return prompt
+    body = prompt[start + len(marker) :]
+    # the message ends where the next rendered message begins, or at its final newline
+    ends = [body.find(f"\n{role}: ") for role in _ROLES]
+    last = len(body) - 1 if body.endswith("\n") else len(body)
+    end = min((e for e in ends if e >= 0), default=last)
+    return body[:end]
+
+
+def echo_completion(item: EngineInput, default_max_tokens: int) -> Completion:
+    """The echo engine's answer to one input; stop strings and max_tokens as a model would."""
+    reply = reply_text(bytes(item.prompt_token_ids).decode("utf-8", "replace"))
+    limit = item.sampling.max_tokens if item.sampling.max_tokens is not None else default_max_tokens
+    data = reply.encode()
+    hits = [(reply.find(s), s) for s in item.sampling.stop if s and s in reply]
+    if hits:
+        cut, stop = min(hits, key=lambda hit: hit[0])
+        # a model emits the stop string's tokens before it notices them
+        through_stop = len(reply[:cut].encode()) + len(stop.encode())
+        if through_stop <= limit:
+            return _completion(item, reply[:cut], "stop", through_stop)
+    if len(data) > limit:
+        return _completion(item, data[:limit].decode("utf-8", "ignore"), "length", limit)
+    return _completion(item, reply, "stop", len(data))
+
+
+def _completion(item: EngineInput, text: str, finish: FinishReason, tokens: int) -> Completion:
+    return Completion(
+        key=item.key,
+        text=text,
+        finish_reason=finish,
+        prompt_tokens=len(item.prompt_token_ids),
+        completion_tokens=tokens,
+    )
+
+
+class EchoEngine(Engine):
+    """Echoes prompts back; each input completes after its own simulated decoding time."""
+
+    def __init__(
+        self,
+        generation: GenerationConfig | None = None,
+        *,
+        delay_per_batch_s: float = 0.0,
+        delay_per_token_s: float = 0.0,
+    ) -> None:
+        self.model_name = "echo"
+        self._default_max_tokens = (generation or GenerationConfig()).max_tokens
+        self._delay_per_batch_s = delay_per_batch_s
+        self._delay_per_token_s = delay_per_token_s
+        self._meter = BusyMeter()
+
+    def load(self) -> None:
+        """Nothing to load."""
+
+    def encode(self, request: InferenceRequest) -> tuple[int, ...]:
+        if request.prompt_token_ids:
+            if any(not 0 <= t <= 255 for t in request.prompt_token_ids):
+                raise RequestError(
+                    ErrorCode.INVALID_PARAMETER,
+                    "the echo engine's tokens are UTF-8 bytes: prompt_token_ids must be in 0..255",
+                    request.custom_id,
+                )
+            return tuple(request.prompt_token_ids)
+        if request.messages:
+            text = render_chat([(m.role, m.content) for m in request.messages])
+        else:
+            text = request.prompt or ""
+        if not text:
+            raise RequestError(ErrorCode.INVALID_PARAMETER, "empty prompt", request.custom_id)
+        return tuple(text.encode())
+
+    def run_batch(self, inputs: Sequence[EngineInput], on_complete: OnComplete) -> None:
+        with self._meter.busy():
+            completions = [echo_completion(item, self._default_max_tokens) for item in inputs]
+            start = time.monotonic()
+            # a static batch decodes all rows together: shorter answers are ready first
+            for completion in sorted(completions, key=lambda c: c.completion_tokens):
+                due = (
+                    start
+                    + self._delay_per_batch_s
+                    + self._delay_per_token_s * completion.completion_tokens
+                )
+                wait = due - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                on_complete(completion)
+
+    def utilization(self) -> float:
+        return self._meter.fraction()

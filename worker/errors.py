@@ -1,0 +1,36 @@
+"""Error codes of the wire contract (ARCHITECTURE.md §5) and the exceptions that carry them."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    """Every request gets exactly one answer; a failed one carries one of these codes."""
+
+    MALFORMED = 4001  # bad zstd/protobuf/JSON, schema violation, missing custom_id
+    INVALID_PARAMETER = 4002  # a value out of range, unknown url or model
+    OVER_LIMIT = 4003  # bytes, decompressed bytes, tokens
+    DEADLINE_EXCEEDED = 4004  # the request's deadline passed before it ran
+    ENGINE_FAILED = 5000  # the engine failed on this request after split-and-retry
+    MODEL_LOAD_FAILED = 5003  # the model failed to load, or is unknown
+
+
+class RequestError(Exception):
+    """A request that cannot be served; answered with ``code`` instead of a completion.
+
+    ``custom_id`` is set when it could be recovered from the input, which decides
+    whether the answer goes to the results topic or to the dead-letter topic.
+    """
+
+    def __init__(self, code: ErrorCode, message: str, custom_id: str | None = None) -> None:
+        super().__init__(f"{int(code)}: {message}")
+        self.code = code
+        self.message = message
+        self.custom_id = custom_id
+
+
+class ModelLoadError(Exception):
+    """The engine could not load its model (5003); the worker is not ready."""
+
+    code = ErrorCode.MODEL_LOAD_FAILED

@@ -1,0 +1,154 @@
+"""decode → admit: turn a consumed record into a batchable job, or into its answer.
+
+Every record ends in exactly one of three outcomes: a :class:`Job` for the batcher, an
+error result for the results topic (a ``custom_id`` could be recovered), or a
+dead-letter record (it could not). Nothing here raises for bad input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from batcher import Pending, prefix_key_of
+from worker.codec import CodecLimits, decode_request
+from worker.config import BatchingConfig, GenerationConfig
+from worker.engines.base import Engine, EngineInput
+from worker.errors import ErrorCode, RequestError
+from worker.jobs import Identity, Job, Source, failed
+from worker.messages import InferenceRequest, InferenceResult, SamplingParams
+
+Headers = Sequence[tuple[str, bytes]]
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A record no result can be addressed to: republished with its error."""
+
+    source: Source
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    code: ErrorCode
+    message: str
+
+
+Outcome = Pending[Job] | InferenceResult | DeadLetter
+
+
+class Intake:
+    """Decodes, validates and tokenizes records for one engine under one set of limits."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        identity: Identity,
+        batching: BatchingConfig,
+        generation: GenerationConfig,
+        limits: CodecLimits,
+    ) -> None:
+        self._engine = engine
+        self._identity = identity
+        self._batching = batching
+        self._generation = generation
+        self._limits = limits
+
+    def take(
+        self, source: Source, value: bytes | None, headers: Headers | None, now: float
+    ) -> Outcome:
+        """The outcome of one record consumed at ``now`` (monotonic seconds)."""
+        request: InferenceRequest | None = None
+        try:
+            request = decode_request(value, headers, self._limits)
+            return self._admit(request, source, now)
+        except RequestError as exc:
+            custom_id = exc.custom_id or (request.custom_id if request else None)
+            if not custom_id:
+                return DeadLetter(source, value, tuple(headers or ()), exc.code, exc.message)
+            return failed(
+                custom_id, exc.code, exc.message, identity=self._identity, request=request
+            )
+
+    def _admit(self, request: InferenceRequest, source: Source, now: float) -> Pending[Job]:
+        served = self._identity.model
+        if request.model not in ("", served):
+            raise RequestError(
+                ErrorCode.INVALID_PARAMETER,
+                f"model {request.model!r} is not served here; this worker serves {served!r}",
+                request.custom_id,
+            )
+        wall = time.time()
+        if request.deadline is not None and request.deadline < wall:
+            raise RequestError(
+                ErrorCode.DEADLINE_EXCEEDED,
+                f"deadline passed {wall - request.deadline:.3f}s before the request ran",
+                request.custom_id,
+            )
+        request = self._with_defaults(request)
+        sampling = request.sampling
+        assert sampling.max_tokens is not None
+        try:
+            token_ids = self._engine.encode(request)
+        except RequestError:
+            raise
+        except Exception as exc:  # a tokenizer failure is this request's problem only
+            raise RequestError(
+                ErrorCode.INVALID_PARAMETER,
+                f"the model cannot take this input: {exc}",
+                request.custom_id,
+            ) from exc
+        total = len(token_ids) + sampling.max_tokens
+        if total > self._batching.max_batch_tokens:
+            raise RequestError(
+                ErrorCode.OVER_LIMIT,
+                f"prompt ({len(token_ids)} tokens) + max_tokens ({sampling.max_tokens}) = "
+                f"{total} exceeds max_batch_tokens {self._batching.max_batch_tokens}",
+                request.custom_id,
+            )
+        job = Job(
+            request=request,
+            engine_input=EngineInput(key=source.ref, prompt_token_ids=token_ids, sampling=sampling),
+            source=source,
+            admitted_at=now,
+            admitted_wall=wall,
+        )
+        return Pending(
+            key=source.ref,
+            partition=(source.topic, source.partition),
+            offset=source.offset,
+            prompt_tokens=len(token_ids),
+            max_tokens=sampling.max_tokens,
+            arrival=now,
+            payload=job,
+            priority=request.priority,
+            # the batcher's clock is monotonic; a wall-clock deadline is converted once here
+            deadline=None if request.deadline is None else now + (request.deadline - wall),
+            dedup_key=_dedup_key(token_ids, sampling) if self._batching.dedup else None,
+            prefix_key=prefix_key_of(token_ids) if self._batching.shared_prefix else None,
+        )
+
+    def _with_defaults(self, request: InferenceRequest) -> InferenceRequest:
+        s = request.sampling
+        gen = self._generation
+        return replace(
+            request,
+            sampling=replace(
+                s,
+                max_tokens=gen.max_tokens if s.max_tokens is None else s.max_tokens,
+                temperature=gen.temperature if s.temperature is None else s.temperature,
+            ),
+            enable_thinking=(
+                gen.enable_thinking if request.enable_thinking is None else request.enable_thinking
+            ),
+        )
+
+
+def _dedup_key(token_ids: Sequence[int], sampling: SamplingParams) -> bytes | None:
+    """Same key ⇔ byte-identical model input and identical deterministic sampling."""
+    if not sampling.deterministic:
+        return None
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(b"".join(t.to_bytes(4, "little", signed=True) for t in token_ids))
+    digest.update(repr(sampling).encode())
+    return digest.digest()
