@@ -122,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run one worker of the consumer group kafka.group_id until SIGINT/SIGTERM.",
         formatter_class=_FORMATTER,
     )
+    worker.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=None,
+        help="log lines as text or as one JSON object each (default: worker.log_format)",
+    )
     worker.set_defaults(func=_worker)
 
     submit = commands.add_parser(
@@ -300,9 +306,13 @@ def _broker(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from worker.logs import setup_logging
     from worker.service import run_worker
 
-    return run_worker(load(args))
+    config = load(args)
+    fmt = args.log_format or config.worker.log_format
+    setup_logging(config.worker.log_level, fmt)
+    return run_worker(config)
 
 
 def _demo(args: argparse.Namespace) -> int:

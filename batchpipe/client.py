@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -63,8 +63,9 @@ __all__ = [
 
 DEFAULT_COMPLETION_WINDOW_S = 24 * 3600.0
 TRANSACTION_TIMEOUT_S = 30.0
-#: Kafka's default cap on a transaction's lifetime (transaction.max.timeout.ms) is 15 min.
-TRANSACTION_LIFETIME_MS = 600_000
+#: Kafka's default cap on a transaction's lifetime (transaction.max.timeout.ms) is 15 min;
+#: a 500 MB file must fit in it, and its commit waits for the last deliveries.
+TRANSACTION_LIFETIME_S = 600.0
 
 TextTarget = str | os.PathLike[str] | TextIO
 
@@ -129,7 +130,7 @@ class Client:
         request is invalid, ``KafkaException`` when publishing fails (nothing committed).
         """
         checked = validate_requests(requests, self.limits)
-        return self._publish(lambda: iter(checked), len(checked), batch_id)
+        return self._publish(checked, len(checked), batch_id)
 
     def submit_file(
         self, path: str | os.PathLike[str], batch_id: str | None = None
@@ -139,11 +140,11 @@ class Client:
         The file is streamed twice (validate, then publish), never held in memory.
         """
         total = validate_file(path, self.limits)
-        return self._publish(lambda: iter_file(path, self.limits), total, batch_id)
+        return self._publish(iter_file(path, self.limits), total, batch_id)
 
     def _publish(
         self,
-        requests: Callable[[], Iterator[InferenceRequest]],
+        requests: Iterable[InferenceRequest],
         total: int,
         batch_id: str | None,
     ) -> SubmitReceipt:
@@ -157,20 +158,20 @@ class Client:
             kafka,
             transactional_id=f"batchpipe-submit-{batch_id}",
             extra={
-                "transaction.timeout.ms": TRANSACTION_LIFETIME_MS,
+                "transaction.timeout.ms": int(TRANSACTION_LIFETIME_S * 1000),
                 "message.max.bytes": max(1_000_000, self.config.limits.max_message_bytes + 65536),
             },
         )
         producer.init_transactions(TRANSACTION_TIMEOUT_S)
         producer.begin_transaction()
         try:
-            for req in requests():
+            for req in requests:
                 stamped = replace(
                     req, batch_id=batch_id, batch_total=total, submitted_at=submitted_at
                 )
                 value, headers = encode_request(stamped)
                 _produce(producer, kafka.requests_topic, req.custom_id.encode(), value, headers)
-            producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+            producer.commit_transaction(TRANSACTION_LIFETIME_S)
         except BaseException:
             with contextlib.suppress(KafkaException):
                 producer.abort_transaction(TRANSACTION_TIMEOUT_S)

@@ -34,7 +34,7 @@ from worker.messages import (
     Timings,
     Usage,
 )
-from worker.validation import validate_request
+from worker.validation import validate_request as validate_request  # re-exported
 from worker.wire._generated.batchpipe.v1 import inference_pb2 as pb
 
 CONTENT_TYPE = "content-type"

@@ -63,6 +63,8 @@ class EngineConfig:
     pinned_memory: bool = True
     gpu_memory_fraction: float = 0.9  # trtllm KV cache share of free GPU memory
     engine_timeout_s: float = 600.0
+    # echo engine only: seconds per generated token, so it paces like a model in tests
+    simulated_token_s: float = 0.0
 
 
 @dataclass(frozen=True)

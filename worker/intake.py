@@ -13,14 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from batcher import Pending, prefix_key_of
-from worker.codec import CodecLimits, decode_request
+from worker.codec import CodecLimits, Headers, decode_request
 from worker.config import BatchingConfig, GenerationConfig
 from worker.engines.base import Engine, EngineInput
 from worker.errors import ErrorCode, RequestError
 from worker.jobs import Identity, Job, Source, failed
 from worker.messages import InferenceRequest, InferenceResult, SamplingParams
-
-Headers = Sequence[tuple[str, bytes]]
 
 
 @dataclass(frozen=True)
@@ -29,7 +27,7 @@ class DeadLetter:
 
     source: Source
     value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
+    headers: tuple[tuple[str, bytes | str | None], ...]
     code: ErrorCode
     message: str
 

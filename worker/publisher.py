@@ -28,7 +28,7 @@ from worker.config import KafkaConfig
 
 log = logging.getLogger(__name__)
 
-Headers = Sequence[tuple[str, bytes]]
+Headers = Sequence[tuple[str, bytes | str | None]]
 OnAnswered = Callable[[], None]
 _TIMEOUT_S = 30.0
 

@@ -9,9 +9,7 @@ error result or a dead letter — before its offset can be committed.
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -30,7 +28,7 @@ from batcher import (
     Partition,
     Pending,
 )
-from worker import __version__, clients
+from worker import __version__, clients, identity
 from worker.codec import CodecLimits, encode_result
 from worker.config import Config
 from worker.engines.base import Engine
@@ -70,7 +68,8 @@ class _Running:
 class Worker:
     def __init__(self, config: Config, engine: Engine | None = None) -> None:
         self.config = config
-        self.worker_id = config.worker.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self._identity = identity.claim(config.kafka.group_id, config.worker.worker_id)
+        self.worker_id = self._identity.worker_id
         self.engine = engine or create_engine(config.engine, config.generation, config.batching)
         self.identity = Identity(worker_id=self.worker_id, model=self.engine.model_name)
         b = config.batching
@@ -129,7 +128,7 @@ class Worker:
         except ModelLoadError as exc:
             self.health.set_model_loaded(False, str(exc))
             log.error("%d model failed to load: %s", ErrorCode.MODEL_LOAD_FAILED, exc)
-            self.server.stop()
+            self._shutdown()
             return EXIT_MODEL_LOAD
         self.health.set_model_loaded(True)
         try:
@@ -213,6 +212,7 @@ class Worker:
             self._runner.stop()
         self.engine.close()
         self.server.stop()
+        identity.release(self._identity)
 
     # -- the verbs ---------------------------------------------------------------------
 
@@ -255,7 +255,9 @@ class Worker:
         self.admission.acquire()
         self._open.add(source.ref)
         with self.metrics.stage("decode"):
-            outcome = self.intake.take(source, message.value(), message.headers(), now)
+            headers = message.headers()  # a list on consumed records (a dict only when producing)
+            assert not isinstance(headers, dict)
+            outcome = self.intake.take(source, message.value(), headers, now)
         if isinstance(outcome, Pending):
             if self.batcher.add(outcome, now):
                 self.metrics.dedup_hit()

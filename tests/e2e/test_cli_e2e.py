@@ -63,10 +63,22 @@ def write_config(tmp_path: Path, bootstrap: str, engine: dict[str, str]) -> Path
     return path
 
 
-def submit_and_collect(tmp_path: Path, config: Path) -> tuple[list[dict[str, object]], int]:
+def echo_examples(tmp_path: Path) -> Path:
+    """The example batch addressed to the echo engine (the worker's model, by omission)."""
+    rows = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()]
+    for row in rows:
+        row["body"].pop("model")
+    path = tmp_path / "echo-requests.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def submit_and_collect(
+    tmp_path: Path, config: Path, requests: Path = EXAMPLES
+) -> tuple[list[dict[str, object]], int]:
     worker = subprocess.Popen([*BATCHPIPE, "worker", "-c", str(config)], cwd=ROOT)
     try:
-        submitted = run("submit", str(EXAMPLES), "-c", str(config))
+        submitted = run("submit", str(requests), "-c", str(config))
         assert submitted.returncode == 0, submitted.stderr
         batch_id = submitted.stdout.strip().splitlines()[-1]
         out, errors = tmp_path / "out.jsonl", tmp_path / "errors.jsonl"
@@ -89,7 +101,7 @@ def expected() -> dict[str, dict[str, str]]:
 
 def test_echo_batch_round_trip_through_the_cli(tmp_path: Path, broker: str) -> None:
     config = write_config(tmp_path, broker, {"kind": "echo", "model": "echo"})
-    lines, worker_exit = submit_and_collect(tmp_path, config)
+    lines, worker_exit = submit_and_collect(tmp_path, config, echo_examples(tmp_path))
     want = expected()
     assert sorted(line["custom_id"] for line in lines) == sorted(want)
     for line in lines:
@@ -110,7 +122,13 @@ def test_real_model_answers_the_example_batch(tmp_path: Path, broker: str) -> No
     assert worker_exit == 0
 
 
-def test_demo_runs_end_to_end_with_the_echo_engine() -> None:
-    done = run("demo", "--set", "engine.kind=echo", "--set", "engine.model=echo")
+def test_demo_runs_end_to_end_with_the_echo_engine(tmp_path: Path) -> None:
+    requests = echo_examples(tmp_path)
+    done = run(
+        "demo", "--requests", str(requests), "--out-dir", str(tmp_path / "out"),
+        "--set", "engine.kind=echo", "--set", "engine.model=echo",
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "completed" in done.stdout and "/metrics" in done.stdout
+    total = len(expected())
+    assert f"{total} completed, 0 failed of {total}" in done.stdout
+    assert "/metrics" in done.stdout

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 
+import yaml
 from confluent_kafka import Consumer, Message
 
 from worker import clients
@@ -16,6 +20,8 @@ from worker.config import Config
 from worker.engines.base import Engine
 from worker.messages import InferenceRequest, InferenceResult
 from worker.service import Worker
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def publish_raw(
@@ -55,6 +61,22 @@ def read_topic(config: Config, topic: str, count: int, timeout_s: float = 60) ->
     return records
 
 
+def count_records(config: Config, topic: str, settle_s: float) -> int:
+    """All records on ``topic``: reads until nothing new arrived for ``settle_s``."""
+    consumer = clients.consumer(config.kafka, group_id=f"{topic}-count-{time.time_ns()}")
+    consumer.subscribe([topic])
+    count, quiet_since = 0, time.monotonic()
+    try:
+        while time.monotonic() - quiet_since < settle_s:
+            batch = [m for m in consumer.consume(num_messages=1000, timeout=0.2) if not m.error()]
+            if batch:
+                count += len(batch)
+                quiet_since = time.monotonic()
+    finally:
+        consumer.close()
+    return count
+
+
 def read_results(config: Config, count: int, timeout_s: float = 60) -> list[InferenceResult]:
     records = read_topic(config, config.kafka.results_topic, count, timeout_s)
     return [decode_result(m.value(), m.headers()) for m in records]
@@ -74,3 +96,42 @@ def running_worker(config: Config, engine: Engine | None = None) -> Iterator[Wor
         thread.join(60)
         assert not thread.is_alive(), "worker did not stop"
         assert outcome == [0], f"worker exited with {outcome}"
+
+
+def write_config(config: Config, path: Path) -> Path:
+    """The config as a YAML file a ``batchpipe worker -c`` process reads."""
+    path.write_text(yaml.safe_dump(config.to_dict()))
+    return path
+
+
+def start_worker_process(config_path: Path, *sets: str) -> subprocess.Popen[bytes]:
+    args = [a for s in sets for a in ("--set", s)]
+    command = [sys.executable, "-m", "batchpipe.cli", "worker", "-c", str(config_path), *args]
+    return subprocess.Popen(command, cwd=ROOT)
+
+
+class ResultWatcher:
+    """Reads the results topic as it fills: raw records and distinct ``custom_id``s."""
+
+    def __init__(self, config: Config) -> None:
+        self._consumer = clients.consumer(config.kafka, group_id=f"watch-{time.time_ns()}")
+        self._consumer.subscribe([config.kafka.results_topic])
+        self.raw = 0
+        self.ids: set[str] = set()
+
+    def poll(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for m in self._consumer.consume(num_messages=1000, timeout=0.1):
+                if m.error() is None:
+                    self.raw += 1
+                    self.ids.add(decode_result(m.value(), m.headers()).custom_id)
+
+    def wait_for(self, distinct: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.ids) < distinct and time.monotonic() < deadline:
+            self.poll(0.2)
+        assert len(self.ids) >= distinct, f"{len(self.ids)} of {distinct} answered"
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = CodecLimits.from_config(LimitsConfig())
 
-EVERY_FIELD = [
+EVERY_FIELD: list[dict[str, Any]] = [
     {
         "custom_id": "chat-all",
         "method": "POST",

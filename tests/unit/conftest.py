@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 TINY_WORDS = (
-    "what is two plus the name a color write short poem about sea who wrote hamlet "
-    "hello world one three four five red blue green wave sun moon star tree bird fish"
-).split()
+    "what is two plus the name a color write short poem about sea who wrote hamlet",
+    "hello world one three four five red blue green wave sun moon star tree bird fish",
+)
 TINY_SPECIALS = ("<unk>", "<pad>", "<s>", "</s>", "system", "user", "assistant", "think")
 TINY_TEMPLATE = (
     "<s>{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
@@ -27,11 +27,11 @@ def tiny_llama(vocab_size: int = 96, seed: int = 0) -> tuple[Any, Any]:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    words = list(dict.fromkeys(TINY_SPECIALS + tuple(TINY_WORDS)))
+    words = list(dict.fromkeys([*TINY_SPECIALS, *" ".join(TINY_WORDS).split()]))
     words += [f"w{i}" for i in range(vocab_size - len(words))]
     backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=backend,
         unk_token="<unk>",
         pad_token="<pad>",

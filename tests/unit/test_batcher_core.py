@@ -6,8 +6,9 @@ import pytest
 
 from batcher import Batch, BatchLimits, DynamicBatcher, OverLimit, Pending
 
-FIFO = BatchLimits(max_batch_size=4, max_batch_tokens=100, timeout_s=0.1, length_aware=False,
-                   shared_prefix=False)  # fmt: skip
+FIFO = BatchLimits(
+    max_batch_size=4, max_batch_tokens=100, timeout_s=0.1, length_aware=False, shared_prefix=False
+)
 
 
 def item(

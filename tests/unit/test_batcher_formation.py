@@ -102,11 +102,15 @@ def test_prefix_key_hashes_the_first_block_only() -> None:
 
 
 queues = st.lists(
-    st.tuples(st.integers(0, 300), st.integers(0, 100), st.integers(0, 2), st.sampled_from(
-        [None, b"p", b"q"])),
+    st.tuples(
+        st.integers(0, 300),
+        st.integers(0, 100),
+        st.integers(0, 2),
+        st.sampled_from([None, b"p", b"q"]),
+    ),
     min_size=1,
     max_size=40,
-)  # fmt: skip
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -158,9 +162,7 @@ def _padding_waste(limits: BatchLimits, seed: int) -> float:
     for n in range(512):
         prompt = min(int(rng.lognormvariate(5.0, 1.0)), 3000)
         gen = rng.choice([64, 128, 256])
-        b.add(
-            Pending(f"r{n}", ("t", 0), n, prompt, gen, arrival=n * 1e-4, payload=None), 0.0
-        )
+        b.add(Pending(f"r{n}", ("t", 0), n, prompt, gen, arrival=n * 1e-4, payload=None), 0.0)
     batches: list[Batch[None]] = []
     while (batch := b.next_batch(1.0, flush=True)) is not None:
         batches.append(batch)

@@ -10,6 +10,8 @@ followers answered with their leader.
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -23,7 +25,7 @@ from hypothesis.stateful import (
 from batcher import BatchLimits, DynamicBatcher, OverLimit, Pending
 
 PARTITIONS = [("requests", p) for p in range(3)]
-Spec = tuple[int, int, int, tuple[str, int], "bytes | None", "bytes | None", "int | None"]
+Spec = tuple[int, int, int, tuple[str, int], bytes | None, bytes | None, int | None]
 
 
 def order(item: Pending[int]) -> tuple[int, float]:
@@ -49,8 +51,9 @@ class BatcherMachine(RuleBasedStateMachine):
         shared_prefix: bool,
         dedup: bool,
     ) -> None:
-        self.limits = BatchLimits(max_size, max_tokens, timeout_ms / 1000, length_aware,
-                                  shared_prefix)  # fmt: skip
+        self.limits = BatchLimits(
+            max_size, max_tokens, timeout_ms / 1000, length_aware, shared_prefix
+        )
         self.fifo = not (length_aware or shared_prefix)
         self.b: DynamicBatcher[int] = DynamicBatcher(self.limits, dedup=dedup)
         self.ms = 0
@@ -88,8 +91,19 @@ class BatcherMachine(RuleBasedStateMachine):
             self.ms += 1  # distinct arrivals
             n = len(self.added)
             deadline = None if deadline_ms is None else self.now + deadline_ms / 1000
-            item = Pending(f"r{n}", partition, n, prompt, gen, self.now, n, priority, deadline,
-                           dedup_key, prefix_key)  # fmt: skip
+            item = Pending(
+                f"r{n}",
+                partition,
+                n,
+                prompt,
+                gen,
+                self.now,
+                n,
+                priority,
+                deadline,
+                dedup_key,
+                prefix_key,
+            )
             self.added[item.key] = item
             try:
                 followed = self.b.add(item, self.now)
@@ -194,7 +208,7 @@ class BatcherMachine(RuleBasedStateMachine):
         assert self.b.in_flight() == len(in_flight)
         assert len(self.b) == len(queued)
         queue = self.b.queued()
-        assert all(order(a) < order(b) for a, b in zip(queue, queue[1:]))
+        assert all(order(a) < order(b) for a, b in itertools.pairwise(queue))
 
     def teardown(self) -> None:
         if not hasattr(self, "b"):
@@ -208,7 +222,5 @@ class BatcherMachine(RuleBasedStateMachine):
         assert self.answered.keys() == self.added.keys()
 
 
-BatcherMachine.TestCase.settings = settings(
-    max_examples=200, stateful_step_count=40, deadline=None
-)
+BatcherMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
 test_batcher_machine = BatcherMachine.TestCase

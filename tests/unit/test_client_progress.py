@@ -133,9 +133,7 @@ def test_unknown_total_is_never_complete() -> None:
 def test_status_state_and_cost() -> None:
     tally = BatchTally("b")
     tally.add(result("r1"))
-    running = tally.status(
-        submitted_at=100.0, now=150.0, completion_window_s=60, price_per_1k=None
-    )
+    running = tally.status(submitted_at=100.0, now=150.0, completion_window_s=60, price_per_1k=None)
     assert (running.state, running.total, running.completed, running.cost) == (
         "in_progress",
         3,

@@ -66,7 +66,7 @@ def engine(request: pytest.FixtureRequest) -> Engine:
 
 def chat(engine: Engine, key: str, question: str, **sampling: object) -> EngineInput:
     request = InferenceRequest(custom_id=key, messages=(ChatMessage("user", question),))
-    params = SamplingParams(**{"max_tokens": 24, "temperature": 0.0, **sampling})  # type: ignore[arg-type]
+    params = SamplingParams(**{"max_tokens": 16, "temperature": 0.0, **sampling})  # type: ignore[arg-type]
     return EngineInput(key, engine.encode(request), params)
 
 

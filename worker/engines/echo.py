@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from worker.config import GenerationConfig
 from worker.engines.base import Completion, Engine, EngineInput, OnComplete
-from worker.engines.busy import BusyMeter
+from worker.engines.utilization import BusyMeter
 from worker.errors import ErrorCode, RequestError
 from worker.messages import FinishReason, InferenceRequest
 

@@ -5,16 +5,19 @@ derives position ids from the mask, so padding does not shift a row's positions)
 per-row sampling and stopping (:mod:`worker.engines.hf_sampling`) so requests with
 different settings share the batch. Each request completes as soon as its row ends.
 
-On CUDA the token ids travel through :class:`~worker.engines.pinned.PinnedBufferPool`
-(pinned when ``engine.pinned_memory``). A CUDA out-of-memory error becomes
-:class:`~worker.engines.base.EngineOutOfMemory` so the caller splits the batch and
-shrinks its batch size. Utilization is the GPU's own (NVML, through
-``torch.cuda.utilization``) when available, else the engine's busy fraction.
+Token ids are laid out in the reusable buffers of
+:class:`~worker.engines.pinned.PinnedBufferPool`; on CUDA those are pinned (when
+``engine.pinned_memory``) and copied on a side stream. A CUDA out-of-memory error before
+any request completed becomes :class:`~worker.engines.base.EngineOutOfMemory`, so the
+caller splits the batch and shrinks its batch size; a failure after some requests
+completed re-runs the rest one at a time, and a request that still fails completes with
+error 5000. Utilization is the GPU's own (NVML, via ``torch.cuda.utilization``) when
+readable, else the engine's busy fraction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -23,7 +26,6 @@ from transformers import LogitsProcessorList, StoppingCriteriaList
 
 from worker.config import BatchingConfig, EngineConfig, GenerationConfig
 from worker.engines.base import Completion, Engine, EngineInput, EngineOutOfMemory, OnComplete
-from worker.engines.busy import BusyMeter
 from worker.engines.hf_model import (
     ChatEncoder,
     configure_cpu_threads,
@@ -36,6 +38,7 @@ from worker.engines.hf_model import (
 from worker.engines.hf_sampling import RowSampler, RowSettings, RowTracker
 from worker.engines.models import locate_model
 from worker.engines.pinned import PinnedBufferPool
+from worker.engines.utilization import BusyMeter, gpu_counter
 from worker.errors import ErrorCode, ModelLoadError
 from worker.messages import ErrorInfo, InferenceRequest
 
@@ -69,7 +72,7 @@ class HFEngine(Engine):
         self._pool: PinnedBufferPool | None = None
         self._eos: frozenset[int] = frozenset()
         self._pad = 0
-        self._gpu_counter = False
+        self._gpu_counter: Callable[[], float] | None = None
         self.device = torch.device("cpu")
 
     def load(self) -> None:
@@ -97,7 +100,7 @@ class HFEngine(Engine):
         self._pool = PinnedBufferPool(
             self.device, self._batching.max_batch_tokens, pin=self._config.pinned_memory
         )
-        self._gpu_counter = self.device.type == "cuda" and _gpu_counter_works(self.device)
+        self._gpu_counter = gpu_counter(self.device) if self.device.type == "cuda" else None
 
     @property
     def encoder(self) -> ChatEncoder:
@@ -156,7 +159,13 @@ class HFEngine(Engine):
             if row.max_tokens > 0:
                 live.append((item, row))
             else:
-                complete(Completion(key=item.key, finish_reason="length", prompt_tokens=len(item.prompt_token_ids)))
+                complete(
+                    Completion(
+                        key=item.key,
+                        finish_reason="length",
+                        prompt_tokens=len(item.prompt_token_ids),
+                    )
+                )
         if not live:
             return
         items = [item for item, _ in live]
@@ -169,7 +178,7 @@ class HFEngine(Engine):
         if not all(row.plain_greedy for row in rows):
             processors.append(RowSampler(rows, [len(p) for p in prompts], padded))
         max_new = max(row.max_tokens for row in rows)
-        config = HFGenerationConfig(
+        config = HFGenerationConfig(  # type: ignore[no-untyped-call]
             max_new_tokens=max_new,
             min_new_tokens=max_new if self._ignore_eos else None,
             do_sample=False,
@@ -190,9 +199,7 @@ class HFEngine(Engine):
 
     def utilization(self) -> float:
         busy = self._meter.fraction()
-        if self._gpu_counter:
-            return float(torch.cuda.utilization(self.device)) / 100.0
-        return busy
+        return self._gpu_counter() if self._gpu_counter is not None else busy
 
     def close(self) -> None:
         self._model = None
@@ -200,12 +207,3 @@ class HFEngine(Engine):
         self._pool = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-
-
-def _gpu_counter_works(device: torch.device) -> bool:
-    """NVML's utilization counter, if its Python binding (pynvml) is installed."""
-    try:
-        torch.cuda.utilization(device)
-    except Exception:  # ModuleNotFoundError for pynvml, or NVML not usable here
-        return False
-    return True

@@ -51,16 +51,24 @@ def configure_cpu_threads() -> None:
     torch.set_num_threads(max(1, available))
 
 
+def load_tokenizer(source: ModelSource) -> Any:
+    """The model's tokenizer, from local files only."""
+    gguf: dict[str, Any] = {"gguf_file": source.gguf_file} if source.gguf_file else {}
+    try:
+        return AutoTokenizer.from_pretrained(str(source.directory), local_files_only=True, **gguf)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load the tokenizer of {source}: {exc}") from exc
+
+
 def load_pretrained(
     source: ModelSource, device: torch.device, dtype: torch.dtype
 ) -> tuple[Any, Any]:
     """The model (on ``device``, in eval mode) and its tokenizer, from local files only."""
-    hf_logging.disable_progress_bar()  # GGUF dequantisation would draw bars into the logs
+    # weight-loading progress bars do not belong in a worker's logs
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    tokenizer = load_tokenizer(source)
     gguf: dict[str, Any] = {"gguf_file": source.gguf_file} if source.gguf_file else {}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            str(source.directory), local_files_only=True, **gguf
-        )
         model = AutoModelForCausalLM.from_pretrained(
             str(source.directory), local_files_only=True, dtype=dtype, **gguf
         )
@@ -80,7 +88,7 @@ def prepare_model(model: Any, tokenizer: Any, device: torch.device) -> Any:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     old = model.generation_config
-    model.generation_config = GenerationConfig(
+    model.generation_config = GenerationConfig(  # type: ignore[no-untyped-call]
         bos_token_id=old.bos_token_id,
         eos_token_id=old.eos_token_id if old.eos_token_id is not None else tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

@@ -77,7 +77,7 @@ class RowSettings:
         )
 
 
-class RowSampler(LogitsProcessor):  # type: ignore[misc]  # transformers is untyped
+class RowSampler(LogitsProcessor):
     """Each row's penalties and sampling; leaves plain greedy rows untouched."""
 
     def __init__(
@@ -99,7 +99,7 @@ class RowSampler(LogitsProcessor):  # type: ignore[misc]  # transformers is unty
             row = self._rows[i]
             logits = scores[i]
             if row.repetition_penalty:
-                seen = input_ids[i, self._padded - self._prompt_lengths[i] :].unique()
+                seen = torch.unique(input_ids[i, self._padded - self._prompt_lengths[i] :])
                 picked = logits[seen]
                 logits[seen] = torch.where(
                     picked > 0, picked / row.repetition_penalty, picked * row.repetition_penalty
@@ -134,7 +134,7 @@ class RowSampler(LogitsProcessor):  # type: ignore[misc]  # transformers is unty
         return torch.multinomial(scaled.softmax(-1), 1, generator=generator)
 
 
-class RowTracker(StoppingCriteria):  # type: ignore[misc]  # transformers is untyped
+class RowTracker(StoppingCriteria):
     """Ends each row at EOS, a stop string or ``max_tokens`` and completes it right away.
 
     ``completion_tokens`` counts generated tokens through the EOS or the stop string's

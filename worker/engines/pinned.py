@@ -39,7 +39,7 @@ class _Slot:
         # numpy views of the same memory: row writes from Python lists without temporaries
         self.ids_np = self.ids.numpy()
         self.mask_np = self.mask.numpy()
-        self.copied: torch.cuda.Event | None = torch.cuda.Event() if pin else None
+        self.copied: torch.cuda.Event | None = torch.cuda.Event() if pin else None  # type: ignore[no-untyped-call]
         self.in_flight = False
 
 
@@ -53,7 +53,7 @@ class PinnedBufferPool:
             raise ValueError("capacity_tokens and slots must be positive")
         self.device = device
         self.pinned = pin and device.type == "cuda"
-        self._stream = torch.cuda.Stream(device) if self.pinned else None
+        self._stream = torch.cuda.Stream(device) if self.pinned else None  # type: ignore[no-untyped-call]
         self._slots = [_Slot(capacity_tokens, self.pinned) for _ in range(slots)]
         self._next = 0
         self.allocations = 2 * slots
@@ -112,4 +112,3 @@ class PinnedBufferPool:
 def _grown(size: int) -> int:
     """Grow to the next power of two so a slowly rising high-water mark reallocates rarely."""
     return 1 << (size - 1).bit_length()
-

@@ -1,8 +1,9 @@
-"""Busy-time accounting: the fraction of wall time an engine spent running batches.
+"""What an engine reports as its utilization: the GPU's own counter, or its busy time.
 
-Engines without a device counter (echo, hf on CPU, any engine without NVML) report this
-as their utilization. The adaptive batch size reads it, so it must count a batch that is
-still running when it is read, not only finished ones.
+On CUDA with NVML's Python binding (pynvml) installed, the GPU's utilization counter is
+read. Otherwise (echo, hf on the CPU, no pynvml) it is the fraction of wall time the
+engine spent running batches. The adaptive batch size reads it, so a batch still running
+when it is read counts too, not only finished ones.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 class BusyMeter:
@@ -51,3 +53,14 @@ class BusyMeter:
         if elapsed <= 0:
             return 1.0 if running else 0.0
         return min(1.0, max(0.0, busy / elapsed))
+
+
+def gpu_counter(device: Any = None) -> Callable[[], float] | None:
+    """A reader of the GPU's utilization in [0, 1] (NVML via torch), or None if unreadable."""
+    import torch
+
+    try:
+        torch.cuda.utilization(device)
+    except Exception:  # ModuleNotFoundError for pynvml, no NVML driver, no CUDA device
+        return None
+    return lambda: float(torch.cuda.utilization(device)) / 100.0

@@ -1,0 +1,80 @@
+"""Batch formation on a real broker: 2,000 requests through the worker with the echo engine.
+
+Reports the mean batch size and mean batch fill (tokens / ``max_batch_tokens``) reached,
+and the peak number of requests in flight against ``prefetch_count``.
+
+    .venv/bin/python -m bench.batcher_echo
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from bench.common import fresh_config, worker_thread, write_result
+from tests.integration.harness import publish, read_results
+from worker.broker import EmbeddedBroker
+from worker.engines.echo import EchoEngine
+from worker.messages import ChatMessage, InferenceRequest, SamplingParams
+
+N = 2000
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "batches",
+    "fill",
+    "up",
+]
+
+
+def requests(rng: random.Random) -> list[InferenceRequest]:
+    return [
+        InferenceRequest(
+            custom_id=f"r{i}",
+            messages=(ChatMessage("user", " ".join(rng.choices(WORDS, k=rng.randint(5, 60)))),),
+            sampling=SamplingParams(max_tokens=rng.choice([32, 64, 128]), temperature=0.0),
+        )
+        for i in range(N)
+    ]
+
+
+def main() -> None:
+    rng = random.Random(7)
+    with EmbeddedBroker() as broker:
+        config = fresh_config(
+            broker.bootstrap, prefetch_count=64, max_batch_size=32, max_batch_tokens=8192
+        )
+        publish(config, requests(rng))
+        # a per-token delay makes the engine the bottleneck, as a real model is
+        engine = EchoEngine(delay_per_batch_s=0.005, delay_per_token_s=0.00001)
+        started = time.monotonic()
+        with worker_thread(config, engine) as worker:
+            read_results(config, N, timeout_s=600)
+            elapsed = time.monotonic() - started
+            snap = worker.metrics.snapshot()
+            peak = worker.admission.peak
+    figures = {
+        "requests": N,
+        "prefetch_count": config.batching.prefetch_count,
+        "max_batch_size": config.batching.max_batch_size,
+        "max_batch_tokens": config.batching.max_batch_tokens,
+        "batches": snap.batches,
+        "mean_batch_size": round(snap.mean_batch_size, 2),
+        "mean_batch_fill": round(snap.mean_fill_ratio, 3),
+        "peak_in_flight": peak,
+        "seconds": round(elapsed, 2),
+    }
+    path = write_result("batcher_echo", figures)
+    print(path, figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The engine checks that need an NVIDIA GPU, as one script for a lent GPU machine
+# (under 8 minutes): the CUDA paths of the pinned staging pool's unit tests, then
+# bench/gpu_check.py (hf engine throughput with and without pinned staging), which
+# writes bench/results/gpu_hf_engine.json. Needs a Python whose torch has CUDA, plus
+# transformers and tokenizers; nothing is downloaded. PYTHON=... picks the interpreter.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
+"$PY" -c 'import torch, sys; ok = torch.cuda.is_available(); print("torch", torch.__version__, "cuda", ok); sys.exit(0 if ok else 1)'
+
+if "$PY" -c 'import pytest' 2>/dev/null; then
+  timeout 60 "$PY" -m pytest -q -p no:cacheprovider tests/unit/test_engine_pinned.py
+fi
+timeout 420 "$PY" -m bench.gpu_check "$@"

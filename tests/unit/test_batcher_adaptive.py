@@ -1,0 +1,91 @@
+"""AdaptiveBatchSize: the source document's utilisation rule, bounded and convergent."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from batcher import AdaptiveBatchSize
+
+
+def test_grows_by_twenty_percent_and_at_least_one() -> None:
+    a = AdaptiveBatchSize(initial=1, hardware_max=64, interval_s=0.0)
+    sizes = [a.observe(0.95, float(t)) for t in range(8)]
+    assert sizes == [2, 3, 4, 5, 6, 8, 10, 12]  # ceil(5 * 1.2) is 6, not 7
+
+
+def test_shrinks_by_twenty_percent_rounded_down_to_one() -> None:
+    a = AdaptiveBatchSize(initial=32, hardware_max=64, interval_s=0.0)
+    sizes = [a.observe(0.1, float(t)) for t in range(12)]
+    assert sizes == [25, 20, 16, 12, 9, 7, 5, 4, 3, 2, 1, 1]
+
+
+def test_holds_between_the_thresholds_and_at_them() -> None:
+    a = AdaptiveBatchSize(initial=10, hardware_max=64, interval_s=0.0)
+    assert [a.observe(u, float(t)) for t, u in enumerate([0.5, 0.65, 0.8])] == [10, 10, 10]
+
+
+def test_samples_at_most_once_per_interval() -> None:
+    a = AdaptiveBatchSize(initial=10, hardware_max=64, interval_s=1.0)
+    assert a.observe(0.9, 0.0) == 12
+    assert a.observe(0.9, 0.5) == 12
+    assert a.observe(0.9, 1.0) == 15
+
+
+def test_out_of_memory_halves() -> None:
+    a = AdaptiveBatchSize(initial=33, hardware_max=64)
+    assert [a.on_out_of_memory() for _ in range(7)] == [16, 8, 4, 2, 1, 1, 1]
+    assert a.size == 1
+
+
+def test_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError):
+        AdaptiveBatchSize(initial=0, hardware_max=8)
+    with pytest.raises(ValueError):
+        AdaptiveBatchSize(initial=9, hardware_max=8)
+    with pytest.raises(ValueError):
+        AdaptiveBatchSize(initial=1, hardware_max=8, high=0.4, low=0.5)
+    with pytest.raises(ValueError):
+        AdaptiveBatchSize(initial=1, hardware_max=8, interval_s=-1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    hardware_max=st.integers(1, 512),
+    data=st.data(),
+    events=st.lists(st.floats(0.0, 1.0) | st.just(-1.0), max_size=60),
+)
+def test_size_stays_within_bounds_and_follows_the_rule(
+    hardware_max: int, data: st.DataObject, events: list[float]
+) -> None:
+    initial = data.draw(st.integers(1, hardware_max))
+    a = AdaptiveBatchSize(initial, hardware_max, interval_s=0.0)
+    for t, util in enumerate(events):
+        before = a.size
+        size = a.on_out_of_memory() if util < 0 else a.observe(util, float(t))
+        assert 1 <= size <= hardware_max and size == a.size
+        if util < 0:
+            assert size == max(before // 2, 1)
+        elif util > a.high:
+            assert size == min(max(math.ceil(before * 1.2 - 1e-9), before + 1), hardware_max)
+        elif util < a.low:
+            assert size == max(math.floor(before * 0.8 + 1e-9), 1)
+        else:
+            assert size == before
+
+
+@settings(max_examples=200, deadline=None)
+@given(hardware_max=st.integers(1, 4096), data=st.data())
+def test_constant_utilisation_converges(hardware_max: int, data: st.DataObject) -> None:
+    initial = data.draw(st.integers(1, hardware_max))
+    busy = AdaptiveBatchSize(initial, hardware_max, interval_s=0.0)
+    idle = AdaptiveBatchSize(initial, hardware_max, interval_s=0.0)
+    # Growth is geometric, so log_1.2(4096) + a few steps reach any bound.
+    for t in range(60):
+        busy.observe(1.0, float(t))
+        idle.observe(0.0, float(t))
+    assert busy.size == hardware_max
+    assert idle.size == 1

@@ -1,0 +1,55 @@
+"""Admission: prefetch_count bounds the requests in the worker."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from batcher import Admission, AdmissionExceeded
+
+
+def test_fills_up_and_drains() -> None:
+    gate = Admission(prefetch_count=3)
+    gate.acquire(2)
+    assert gate.has_room() and gate.room == 1
+    gate.acquire()
+    assert not gate.has_room() and gate.inflight == 3 and gate.peak == 3
+    with pytest.raises(AdmissionExceeded):
+        gate.acquire()
+    gate.release(3)
+    assert gate.has_room() and gate.inflight == 0 and gate.peak == 3
+
+
+def test_rejects_misuse() -> None:
+    with pytest.raises(ValueError):
+        Admission(0)
+    gate = Admission(2)
+    with pytest.raises(ValueError):
+        gate.release()
+    with pytest.raises(ValueError):
+        gate.acquire(-1)
+    with pytest.raises(ValueError):
+        gate.release(-1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(limit=st.integers(1, 64), ops=st.lists(st.integers(-8, 8), max_size=50))
+def test_inflight_never_exceeds_the_limit(limit: int, ops: list[int]) -> None:
+    gate = Admission(limit)
+    expected = peak = 0
+    for n in ops:
+        if n >= 0:
+            if expected + n <= limit:
+                gate.acquire(n)
+                expected += n
+            else:
+                with pytest.raises(AdmissionExceeded):
+                    gate.acquire(n)
+        elif -n <= expected:
+            gate.release(-n)
+            expected += n
+        peak = max(peak, expected)
+        assert gate.inflight == expected and gate.peak == peak
+        assert 0 <= gate.inflight <= gate.limit
+        assert gate.has_room() == (expected < limit)

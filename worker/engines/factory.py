@@ -1,0 +1,30 @@
+"""The one place that turns ``engine.kind`` into an engine.
+
+Imports are lazy: the echo engine never imports torch, and TensorRT-LLM is imported only
+when ``kind: trtllm`` is chosen (and then only by ``load()``).
+"""
+
+from __future__ import annotations
+
+from worker.config import BatchingConfig, EngineConfig, GenerationConfig
+from worker.engines.base import Engine
+from worker.errors import ModelLoadError
+
+
+def create_engine(
+    engine: EngineConfig, generation: GenerationConfig, batching: BatchingConfig
+) -> Engine:
+    """An unloaded engine for ``engine.kind``; the caller calls ``load()``."""
+    if engine.kind == "echo":
+        from worker.engines.echo import EchoEngine
+
+        return EchoEngine(generation)
+    if engine.kind == "hf":
+        from worker.engines.hf import HFEngine
+
+        return HFEngine(engine, generation, batching)
+    if engine.kind == "trtllm":
+        from worker.engines.trtllm import TrtLlmEngine
+
+        return TrtLlmEngine(engine, generation, batching)
+    raise ModelLoadError(f"unknown engine kind {engine.kind!r}: expected hf, trtllm or echo")
