@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 Headers = Sequence[tuple[str, bytes | str | None]]
 OnAnswered = Callable[[], None]
 _TIMEOUT_S = 30.0
+_FENCED = frozenset(
+    {KafkaError.PRODUCER_FENCED, KafkaError._FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
 
 
 class FatalKafkaError(RuntimeError):
@@ -213,7 +216,10 @@ class TransactionalPublisher(Publisher):
     def _abort(self) -> None:
         self._in_txn = False
         self.aborts += 1
-        self._producer.abort_transaction(_TIMEOUT_S)
+        try:
+            self._producer.abort_transaction(_TIMEOUT_S)
+        except KafkaException as exc:
+            raise FatalKafkaError(f"abort_transaction failed: {exc.args[0]}") from exc
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Retry what is retriable; abort what must be; fail on what is fatal."""
@@ -222,6 +228,10 @@ class TransactionalPublisher(Publisher):
                 return fn(*args)
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
+                if error.fatal() or error.code() in _FENCED:
+                    # a newer instance with our transactional.id took over: this one is a
+                    # zombie and must stop; the supervisor restarts it
+                    raise FatalKafkaError(f"{fn.__name__} failed: {error}") from exc
                 if error.retriable() and attempt < 4:
                     log.warning("retrying %s after %s", fn.__name__, error)
                     time.sleep(0.2 * (attempt + 1))

@@ -1,0 +1,167 @@
+"""The transactional path on a real broker: commit moves offsets, abort does not, a zombie
+is fenced; and engine faults: split-and-retry, out of memory, a hung engine, a bad model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
+from uuid import uuid4
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from batcher import OffsetTracker
+from tests.integration.harness import ROOT, publish, read_results, running_worker
+from worker import clients
+from worker.config import Config
+from worker.engines.base import EngineInput, EngineOutOfMemory, OnComplete
+from worker.engines.echo import EchoEngine
+from worker.messages import ChatMessage, InferenceRequest, SamplingParams
+from worker.publisher import FatalKafkaError, TransactionalPublisher
+
+pytestmark = pytest.mark.integration
+
+
+def requests(n: int, text: str = "hello") -> list[InferenceRequest]:
+    return [
+        InferenceRequest(
+            custom_id=f"r{i}",
+            messages=(ChatMessage("user", f"{text} {i}"),),
+            sampling=SamplingParams(max_tokens=16, temperature=0.0),
+        )
+        for i in range(n)
+    ]
+
+
+def echo(config: Config, **engine: object) -> Config:
+    return replace(
+        config,
+        engine=replace(config.engine, kind="echo", model="echo", **engine),  # type: ignore[arg-type]
+        batching=replace(config.batching, max_batch_size=8, adaptive=False),
+    )
+
+
+Record = tuple[str, int, int]  # topic, partition, offset
+
+
+def consume_assigned(config: Config, n: int) -> tuple[Consumer, list[Record]]:
+    consumer = clients.consumer(config.kafka)
+    consumer.subscribe([config.kafka.requests_topic])
+    seen: list[Record] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < n and time.monotonic() < deadline:
+        for m in consumer.consume(num_messages=n, timeout=0.2):
+            topic, partition, offset = m.topic(), m.partition(), m.offset()
+            if m.error() is None and topic is not None and partition is not None:
+                seen.append((topic, partition, offset or 0))
+    assert len(seen) == n
+    return consumer, seen
+
+
+def answer(
+    publisher: TransactionalPublisher, tracker: OffsetTracker, topic: str, records: Sequence[Record]
+) -> None:
+    for t, p, o in records:
+        publisher.send(topic, "k", b"v", [], partial(tracker.done, (t, p), o))
+
+
+def committed(consumer: Consumer, topic: str) -> int:
+    (tp,) = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+    return tp.offset
+
+
+def test_commit_moves_offsets_and_abort_leaves_them(kafka_config: Config) -> None:
+    config = replace(kafka_config, kafka=replace(kafka_config.kafka, partitions=1))
+    publish(config, requests(10))
+    consumer, seen = consume_assigned(config, 10)
+    tracker = OffsetTracker()
+    for topic, partition, offset in seen:
+        tracker.add((topic, partition), offset)
+    publisher = TransactionalPublisher(config.kafka, consumer, tracker, f"txn-{uuid4()}")
+    results, requests_topic = config.kafka.results_topic, config.kafka.requests_topic
+
+    answer(publisher, tracker, results, seen[:4])
+    publisher.commit()
+    assert committed(consumer, requests_topic) == seen[3][2] + 1
+    answer(publisher, tracker, results, seen[4:8])
+    publisher.lost()  # aborts the open transaction: offsets stay where the commit left them
+    assert (publisher.commits, publisher.aborts) == (1, 1)
+    assert committed(consumer, requests_topic) == seen[3][2] + 1
+    consumer.close()
+
+
+def test_a_zombie_instance_is_fenced(kafka_config: Config) -> None:
+    publish(kafka_config, requests(2))
+    consumer, _ = consume_assigned(kafka_config, 2)
+    txn_id = f"txn-{uuid4()}"
+    zombie = TransactionalPublisher(kafka_config.kafka, consumer, OffsetTracker(), txn_id)
+    zombie.send(kafka_config.kafka.results_topic, "k", b"old", [], lambda: None)
+    successor = TransactionalPublisher(kafka_config.kafka, consumer, OffsetTracker(), txn_id)
+    successor.send(kafka_config.kafka.results_topic, "k", b"new", [], lambda: None)
+    successor.commit()
+    with pytest.raises(FatalKafkaError):
+        zombie.send(kafka_config.kafka.results_topic, "k", b"late", [], lambda: None)
+        zombie.commit()
+    consumer.close()
+
+
+class PoisonEngine(EchoEngine):
+    """Fails any batch holding a prompt with "poison"; out of memory above 4 requests."""
+
+    def run_batch(self, inputs: Sequence[EngineInput], on_complete: OnComplete) -> None:
+        if len(inputs) > 4:
+            raise EngineOutOfMemory(f"{len(inputs)} requests do not fit")
+        if any(b"poison" in bytes(i.prompt_token_ids) for i in inputs):
+            raise RuntimeError("the kernel crashed")
+        super().run_batch(inputs, on_complete)
+
+
+def test_a_failing_batch_is_split_and_only_the_bad_request_fails(kafka_config: Config) -> None:
+    config = echo(kafka_config)
+    batch = requests(30)
+    batch[7] = replace(batch[7], messages=(ChatMessage("user", "poison pill"),))
+    publish(config, batch)
+    with running_worker(config, PoisonEngine()) as worker:
+        results = read_results(config, 30)
+        shrunk = worker.adaptive.size
+    errors = {r.custom_id: r.error.code for r in results if r.error}
+    assert errors == {"r7": 5000}
+    assert len({r.custom_id for r in results}) == 30
+    assert shrunk < config.batching.max_batch_size  # halved on each out-of-memory
+
+
+class HangingEngine(EchoEngine):
+    def run_batch(self, inputs: Sequence[EngineInput], on_complete: OnComplete) -> None:
+        if any(b"hang" in bytes(i.prompt_token_ids) for i in inputs):
+            time.sleep(30)
+        super().run_batch(inputs, on_complete)
+
+
+def test_a_hung_engine_fails_its_batch_and_the_worker_goes_not_ready(
+    kafka_config: Config,
+) -> None:
+    config = echo(kafka_config, engine_timeout_s=1.0)
+    publish(config, requests(1, text="hang"))
+    with running_worker(config, HangingEngine()) as worker:
+        (result,) = read_results(config, 1)
+        ready = worker.health.readiness()
+    assert result.error is not None and result.error.code == 5000
+    assert not ready.ready and "model" in " ".join(ready.failing)
+
+
+def test_a_model_that_fails_to_load_exits_with_code_3(kafka_config: Config) -> None:
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "batchpipe.cli", "worker",
+            "--bootstrap", kafka_config.kafka.bootstrap_servers,
+            "--set", "engine.kind=hf", "--set", "engine.model=/nonexistent/model.gguf",
+            "--set", "metrics.port=0",
+        ],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert "5003" in done.stderr
