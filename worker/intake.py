@@ -32,7 +32,15 @@ class DeadLetter:
     message: str
 
 
-Outcome = Pending[Job] | InferenceResult | DeadLetter
+@dataclass(frozen=True)
+class Rejection:
+    """A request answered with an error without running (its ``custom_id`` is known)."""
+
+    result: InferenceResult
+    submitted_at: float | None
+
+
+Outcome = Pending[Job] | Rejection | DeadLetter
 
 
 class Intake:
@@ -64,9 +72,10 @@ class Intake:
             custom_id = exc.custom_id or (request.custom_id if request else None)
             if not custom_id:
                 return DeadLetter(source, value, tuple(headers or ()), exc.code, exc.message)
-            return failed(
+            result = failed(
                 custom_id, exc.code, exc.message, identity=self._identity, request=request
             )
+            return Rejection(result, request.submitted_at if request else None)
 
     def _admit(self, request: InferenceRequest, source: Source, now: float) -> Pending[Job]:
         served = self._identity.model

@@ -9,7 +9,9 @@ error result or a dead letter — before its offset can be committed.
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -28,7 +30,7 @@ from batcher import (
     Partition,
     Pending,
 )
-from worker import __version__, clients, identity
+from worker import __version__, clients
 from worker.codec import CodecLimits, encode_result
 from worker.config import Config
 from worker.engines.base import Engine
@@ -68,8 +70,7 @@ class _Running:
 class Worker:
     def __init__(self, config: Config, engine: Engine | None = None) -> None:
         self.config = config
-        self._identity = identity.claim(config.kafka.group_id, config.worker.worker_id)
-        self.worker_id = self._identity.worker_id
+        self.worker_id = config.worker.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.engine = engine or create_engine(config.engine, config.generation, config.batching)
         self.identity = Identity(worker_id=self.worker_id, model=self.engine.model_name)
         b = config.batching
@@ -106,6 +107,7 @@ class Worker:
         self._open: set[str] = set()  # source refs admitted and not yet answered
         self._running: _Running | None = None
         self._wedged = False
+        self._next_adapt = 0.0
         self._paused = False
         self._stop = threading.Event()
         self._summary = SummaryLogger(log)
@@ -149,8 +151,10 @@ class Worker:
             extra={"statistics.interval.ms": 5000, "stats_cb": self.metrics.observe_kafka_stats},
         )
         if k.delivery == "exactly_once":
-            txn_id = f"batchpipe-{k.group_id}-{self.worker_id}"
-            self._publisher = TransactionalPublisher(k, self._consumer, self.tracker, txn_id)
+            prefix = f"batchpipe.{k.group_id}"
+            self._publisher = TransactionalPublisher(
+                k, self._consumer, self.tracker, prefix, on_outcome=self.metrics.transaction
+            )
         else:
             self._publisher = AtLeastOncePublisher(k, self._consumer, self.tracker)
         self.health.set_producer_ok(True)
@@ -212,7 +216,6 @@ class Worker:
             self._runner.stop()
         self.engine.close()
         self.server.stop()
-        identity.release(self._identity)
 
     # -- the verbs ---------------------------------------------------------------------
 
@@ -264,7 +267,7 @@ class Worker:
         elif isinstance(outcome, DeadLetter):
             self._dead_letter(outcome)
         else:
-            self._answer(outcome, source)
+            self._answer(outcome.result, source, submitted_at=outcome.submitted_at)
 
     def _expire(self, now: float) -> None:
         for item in self.batcher.pop_expired(now):
@@ -346,19 +349,26 @@ class Worker:
         try:
             self._publisher.poll()
             self._publisher.maybe_commit(now)
-        except TransactionAborted:
-            self._rewind()
+        except TransactionAborted as exc:
+            log.warning("%s; consuming those records again", exc)
+            self._rewind(exc.partitions)
         else:
             self.metrics.set_inflight(len(self._open))
 
     def _adapt(self, now: float) -> None:
-        if not self.config.batching.adaptive:
+        """Resize batches from the engine's utilisation, sampled every adaptive interval.
+
+        Only while there is work: an engine idle for want of requests says nothing about
+        the batch size it can take, and shrinking then would only slow the next burst.
+        """
+        if now < self._next_adapt:
             return
-        utilization = self.engine.utilization()
-        size = self.adaptive.observe(utilization, now)
-        self.batcher.max_batch_size = size
-        self.metrics.set_utilization(min(1.0, max(0.0, utilization)))
-        self.metrics.set_adaptive_size(size)
+        self._next_adapt = now + self.adaptive.interval_s
+        utilization = min(1.0, max(0.0, self.engine.utilization()))  # over the whole interval
+        self.metrics.set_utilization(utilization)
+        if self.config.batching.adaptive and len(self.batcher):
+            self.batcher.max_batch_size = self.adaptive.observe(utilization, now)
+        self.metrics.set_adaptive_size(self.batcher.max_batch_size)
 
     def _flow(self) -> None:
         """Backpressure: pause every partition while ``prefetch_count`` requests are open."""
@@ -394,7 +404,12 @@ class Worker:
 
         with self.metrics.stage("produce"):
             self._publisher.send(
-                self.config.kafka.results_topic, result.custom_id, value, headers, answered
+                self.config.kafka.results_topic,
+                result.custom_id,
+                value,
+                headers,
+                (source.topic, source.partition),
+                answered,
             )
 
     def _dead_letter(self, letter: DeadLetter) -> None:
@@ -422,6 +437,7 @@ class Worker:
             letter.source.key,
             letter.value or b"",
             headers,
+            (letter.source.topic, letter.source.partition),
             answered,
         )
 
@@ -446,6 +462,8 @@ class Worker:
         self.metrics.rebalance("assign")
         self.health.set_consumer_ok(True)
         log.info("assigned %s", _names(partitions))
+        assert self._publisher is not None
+        self._publisher.assign([(tp.topic, tp.partition) for tp in partitions])
         if self._paused:
             consumer.pause(partitions)
 
@@ -453,18 +471,20 @@ class Worker:
         self.metrics.rebalance("revoke")
         log.info("revoked %s", _names(partitions))
         assert self._publisher is not None
+        revoked = [(tp.topic, tp.partition) for tp in partitions]
         try:
-            self._publisher.commit()  # hand over what is answered
+            self._publisher.revoke(revoked)  # hand over what is answered
         except TransactionAborted:
             log.warning("commit on revoke aborted; the new owner answers those requests again")
-        self._drop([(tp.topic, tp.partition) for tp in partitions])
+        self._drop(revoked)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalance("lost")
         log.warning("lost %s", _names(partitions))
         assert self._publisher is not None
-        self._publisher.lost()
-        self._drop([(tp.topic, tp.partition) for tp in partitions])
+        lost = [(tp.topic, tp.partition) for tp in partitions]
+        self._publisher.lost(lost)
+        self._drop(lost)
 
     def _drop(self, partitions: Sequence[Partition]) -> None:
         """Forget in-flight requests of ``partitions``: their new owner answers them."""
@@ -479,13 +499,11 @@ class Worker:
             self.admission.release()
         self.tracker.forget(partitions)
 
-    def _rewind(self) -> None:
-        """After an abort: forget everything since the last commit and consume it again."""
+    def _rewind(self, partitions: Sequence[Partition]) -> None:
+        """After an abort: forget those partitions' work since their last commit, re-read it."""
         assert self._consumer is not None
-        assigned = [(tp.topic, tp.partition) for tp in self._consumer.assignment()]
-        self.metrics.transaction("abort")
-        self._drop(assigned)
-        rewind(self._consumer, assigned)
+        self._drop(partitions)
+        rewind(self._consumer, partitions)
 
     def _pause(self, pause: bool) -> None:
         assert self._consumer is not None

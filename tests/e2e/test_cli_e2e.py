@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from worker.batchline import parse_line
+
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,8 +97,9 @@ def submit_and_collect(
 
 
 def expected() -> dict[str, dict[str, str]]:
-    rows = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()]
-    return {row["custom_id"]: row.get("metadata", {}) for row in rows}
+    """custom_id → the metadata each result must echo."""
+    requests = [parse_line(line) for line in EXAMPLES.read_text().splitlines() if line.strip()]
+    return {r.custom_id: dict(r.metadata) for r in requests}
 
 
 def test_echo_batch_round_trip_through_the_cli(tmp_path: Path, broker: str) -> None:

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import yaml
-from confluent_kafka import Consumer, Message
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from worker import clients
 from worker.codec import decode_result, encode_request
@@ -44,10 +44,20 @@ def publish(config: Config, requests: Iterable[InferenceRequest]) -> int:
     return publish_raw(config, (encode_request(r) for r in requests))
 
 
+def reader(config: Config, topic: str) -> Consumer:
+    """A read_committed consumer of every partition of ``topic`` from its beginning.
+
+    Assigned, not subscribed: no group join to wait for, nothing committed.
+    """
+    consumer = clients.consumer(config.kafka, group_id=f"reader-{time.time_ns()}")
+    metadata = consumer.list_topics(topic, timeout=30).topics[topic]
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.partitions])
+    return consumer
+
+
 def read_topic(config: Config, topic: str, count: int, timeout_s: float = 60) -> list[Message]:
     """``count`` records from ``topic`` (from the beginning), or fail after ``timeout_s``."""
-    consumer: Consumer = clients.consumer(config.kafka, group_id=f"{topic}-reader-{time.time()}")
-    consumer.subscribe([topic])
+    consumer = reader(config, topic)
     records: list[Message] = []
     deadline = time.monotonic() + timeout_s
     try:
@@ -63,8 +73,7 @@ def read_topic(config: Config, topic: str, count: int, timeout_s: float = 60) ->
 
 def count_records(config: Config, topic: str, settle_s: float) -> int:
     """All records on ``topic``: reads until nothing new arrived for ``settle_s``."""
-    consumer = clients.consumer(config.kafka, group_id=f"{topic}-count-{time.time_ns()}")
-    consumer.subscribe([topic])
+    consumer = reader(config, topic)
     count, quiet_since = 0, time.monotonic()
     try:
         while time.monotonic() - quiet_since < settle_s:
@@ -114,8 +123,7 @@ class ResultWatcher:
     """Reads the results topic as it fills: raw records and distinct ``custom_id``s."""
 
     def __init__(self, config: Config) -> None:
-        self._consumer = clients.consumer(config.kafka, group_id=f"watch-{time.time_ns()}")
-        self._consumer.subscribe([config.kafka.results_topic])
+        self._consumer = reader(config, config.kafka.results_topic)
         self.raw = 0
         self.ids: set[str] = set()
 

@@ -66,7 +66,7 @@ def answer(
     publisher: TransactionalPublisher, tracker: OffsetTracker, topic: str, records: Sequence[Record]
 ) -> None:
     for t, p, o in records:
-        publisher.send(topic, "k", b"v", [], partial(tracker.done, (t, p), o))
+        publisher.send(topic, "k", b"v", [], (t, p), partial(tracker.done, (t, p), o))
 
 
 def committed(consumer: Consumer, topic: str) -> int:
@@ -82,29 +82,36 @@ def test_commit_moves_offsets_and_abort_leaves_them(kafka_config: Config) -> Non
     for topic, partition, offset in seen:
         tracker.add((topic, partition), offset)
     publisher = TransactionalPublisher(config.kafka, consumer, tracker, f"txn-{uuid4()}")
+    publisher.assign({(t, p) for t, p, _ in seen})
     results, requests_topic = config.kafka.results_topic, config.kafka.requests_topic
 
     answer(publisher, tracker, results, seen[:4])
     publisher.commit()
     assert committed(consumer, requests_topic) == seen[3][2] + 1
     answer(publisher, tracker, results, seen[4:8])
-    publisher.lost()  # aborts the open transaction: offsets stay where the commit left them
+    publisher.lost(
+        [(requests_topic, 0)]
+    )  # aborts the open transaction: offsets stay where the commit left them
     assert (publisher.commits, publisher.aborts) == (1, 1)
     assert committed(consumer, requests_topic) == seen[3][2] + 1
     consumer.close()
 
 
-def test_a_zombie_instance_is_fenced(kafka_config: Config) -> None:
+def test_the_next_owner_of_a_partition_fences_the_previous_one(kafka_config: Config) -> None:
     publish(kafka_config, requests(2))
-    consumer, _ = consume_assigned(kafka_config, 2)
-    txn_id = f"txn-{uuid4()}"
-    zombie = TransactionalPublisher(kafka_config.kafka, consumer, OffsetTracker(), txn_id)
-    zombie.send(kafka_config.kafka.results_topic, "k", b"old", [], lambda: None)
-    successor = TransactionalPublisher(kafka_config.kafka, consumer, OffsetTracker(), txn_id)
-    successor.send(kafka_config.kafka.results_topic, "k", b"new", [], lambda: None)
+    consumer, seen = consume_assigned(kafka_config, 2)
+    origin = seen[0][:2]
+    results = kafka_config.kafka.results_topic
+    prefix = f"txn-{uuid4()}"
+    zombie = TransactionalPublisher(kafka_config.kafka, consumer, OffsetTracker(), prefix)
+    zombie.assign([origin])
+    zombie.send(results, "k", b"old", [], origin, lambda: None)
+    successor = TransactionalPublisher(kafka_config.kafka, consumer, OffsetTracker(), prefix)
+    successor.assign([origin])  # same partition, same transactional.id: the zombie is fenced
+    successor.send(results, "k", b"new", [], origin, lambda: None)
     successor.commit()
     with pytest.raises(FatalKafkaError):
-        zombie.send(kafka_config.kafka.results_topic, "k", b"late", [], lambda: None)
+        zombie.send(results, "k", b"late", [], origin, lambda: None)
         zombie.commit()
     consumer.close()
 

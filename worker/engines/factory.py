@@ -18,7 +18,7 @@ def create_engine(
     if engine.kind == "echo":
         from worker.engines.echo import EchoEngine
 
-        return EchoEngine(generation)
+        return EchoEngine(generation, delay_per_token_s=engine.simulated_token_s)
     if engine.kind == "hf":
         from worker.engines.hf import HFEngine
 

@@ -1,0 +1,395 @@
+"""Pipeline overhead: the worker with the echo engine against a raw confluent-kafka passthrough.
+
+Every variant reads the same number of distinct, realistic requests (:mod:`bench.wire`)
+from a topic filled beforehand, on the same embedded broker, with the same Kafka client
+settings (:mod:`worker.clients`), and writes one record per request to a results topic:
+
+* ``passthrough``: what people write today — consume up to 500 records, produce each
+  value unchanged, flush, commit their offsets (at-least-once; no decoding at all);
+* ``worker protobuf exactly_once``: the worker as deployed (echo engine, default batching);
+* ``worker protobuf at_least_once``: the same without Kafka transactions;
+* ``worker json exactly_once``: requests sent as JSON batch lines instead of protobuf.
+
+The window runs from the first answered record to the last, so group joins are left out.
+CPU time per request is read per thread from ``/proc`` over that window: the loop thread
+(the worker's single Python thread that polls, decodes, batches, encodes and produces, or
+the passthrough loop), librdkafka's own threads, the worker's other threads (engine,
+metrics server), and the broker process. The worker's ``batchpipe_stage_seconds_total``
+counters split the loop's time by stage. The echo engine counts UTF-8 bytes as tokens,
+about four per BPE token, so ``max_batch_tokens`` is raised four-fold to let batches of
+32 form as they would with a real tokenizer.
+
+    .venv/bin/python -m bench.overhead [--requests N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from confluent_kafka import TopicPartition
+
+from bench.common import fresh_config, write_result
+from bench.wire import json_request, summary_requests
+from tests.integration.harness import publish_raw
+from worker import clients
+from worker.broker import EmbeddedBroker
+from worker.codec import encode_request
+from worker.config import Config, EngineConfig
+from worker.engines.base import Completion, EngineInput, OnComplete
+from worker.engines.echo import EchoEngine
+from worker.metrics import STAGES
+from worker.service import Worker
+
+N = 10_000
+SHORT_POLL = "worker, fetch.wait.max.ms 100"
+MAX_TOKENS = 64
+_TICK = os.sysconf("SC_CLK_TCK")
+Record = tuple[bytes, list[tuple[str, bytes]]]
+
+
+def _ticks(stat_path: Path) -> float:
+    """utime + stime of a process from /proc (all its threads), in seconds; 0 when gone."""
+    try:
+        fields = stat_path.read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _on_cpu(task: Path) -> float:
+    """Seconds a thread has run, from its schedstat (nanoseconds, unlike stat's 10 ms ticks)."""
+    try:
+        return int((task / "schedstat").read_text().split()[0]) / 1e9
+    except OSError:
+        return 0.0
+
+
+def _children() -> list[int]:
+    pids: list[int] = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            pids += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return pids
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """CPU seconds so far: per thread of this process (with its name), and per child process."""
+
+    threads: dict[int, tuple[str, float]]
+    children: dict[int, float]
+
+    @classmethod
+    def now(cls) -> CpuSample:
+        threads = {}
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                name = (task / "comm").read_text().strip()
+            except OSError:
+                continue
+            threads[int(task.name)] = (name, _on_cpu(task))
+        children = {pid: _ticks(Path(f"/proc/{pid}/stat")) for pid in _children()}
+        return cls(threads, children)
+
+    def since(self, before: CpuSample, loop_tid: int) -> dict[str, float]:
+        """CPU seconds spent since ``before``, by group."""
+        groups = dict.fromkeys(("loop", "librdkafka", "other_threads", "broker"), 0.0)
+        bench_tid = threading.main_thread().native_id
+        for tid, (name, seconds) in self.threads.items():
+            spent = seconds - before.threads.get(tid, (name, 0.0))[1]
+            if tid == loop_tid:
+                groups["loop"] += spent
+            elif name.startswith("rdk:"):
+                groups["librdkafka"] += spent
+            elif tid != bench_tid:
+                groups["other_threads"] += spent
+        for pid, seconds in self.children.items():
+            groups["broker"] += seconds - before.children.get(pid, 0.0)
+        return groups
+
+
+@dataclass(frozen=True)
+class Window:
+    """What a variant did between its first and its last answered record."""
+
+    requests: int
+    seconds: float
+    cpu: dict[str, float]
+
+    def figures(self) -> dict[str, Any]:
+        per = {k: round(v / self.requests * 1e6, 1) for k, v in self.cpu.items()}
+        per["process"] = round(sum(v for k, v in per.items() if k != "broker"), 1)
+        return {
+            "requests_measured": self.requests,
+            "seconds": round(self.seconds, 3),
+            "requests_per_s": round(self.requests / self.seconds, 1),
+            "cpu_us_per_request": per,
+        }
+
+
+class _Watch:
+    """Opens the window at the first answered record and closes it at ``total``."""
+
+    def __init__(self, total: int, loop_tid: int) -> None:
+        self.total, self.loop_tid = total, loop_tid
+        self.closed = threading.Event()
+        self.window: Window | None = None
+        self._start: tuple[float, int, CpuSample] | None = None
+
+    def observe(self, answered: int) -> None:
+        if answered and self._start is None:
+            self._start = (time.perf_counter(), answered, CpuSample.now())
+        if answered < self.total or self._start is None or self.window is not None:
+            return
+        t0, n0, cpu0 = self._start
+        cpu = CpuSample.now().since(cpu0, self.loop_tid)
+        self.window = Window(self.total - n0, time.perf_counter() - t0, cpu)
+        self.closed.set()
+
+
+class _CountingEcho(EchoEngine):
+    """The echo engine, reporting how many requests it has completed to a :class:`_Watch`.
+
+    Counting here costs the worker nothing (reading its metrics would: a snapshot walks
+    the whole registry). The loop answers a completion in its next step, so the window
+    ends at most one step early.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watch: _Watch | None = None
+        self._count = 0
+
+    def run_batch(self, inputs: Sequence[EngineInput], on_complete: OnComplete) -> None:
+        def counted(completion: Completion) -> None:
+            on_complete(completion)
+            self._count += 1
+            if self.watch is not None:
+                self.watch.observe(self._count)
+
+        super().run_batch(inputs, counted)
+
+
+def passthrough(config: Config, total: int) -> Window:
+    """Consume a batch, produce each value, flush, commit; until ``total`` are through."""
+    k = config.kafka
+    consumer = clients.consumer(k)
+    producer = clients.producer(k)
+    consumer.subscribe([k.requests_topic])
+    watch = _Watch(total, threading.get_native_id())
+    done = 0
+    try:
+        while watch.window is None:
+            batch = [m for m in consumer.consume(500, timeout=0.1) if m.error() is None]
+            ends: dict[tuple[str, int], int] = {}
+            for m in batch:
+                while True:
+                    try:
+                        producer.produce(k.results_topic, m.value(), m.key(), headers=m.headers())
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+                topic, partition, offset = m.topic(), m.partition(), m.offset()
+                assert topic is not None and partition is not None and offset is not None
+                ends[(topic, partition)] = offset + 1
+            if batch:
+                producer.flush(30)
+                offsets = [TopicPartition(t, p, o) for (t, p), o in ends.items()]
+                consumer.commit(offsets=offsets, asynchronous=False)
+                done += len(batch)
+            watch.observe(done)
+    finally:
+        consumer.close()
+    return watch.window
+
+
+def through_worker(config: Config, total: int, profile: cProfile.Profile | None = None) -> Worker:
+    """Run a worker on ``config`` until its engine has completed ``total`` requests."""
+    engine = _CountingEcho()
+    worker = Worker(config, engine)
+    started = threading.Event()
+
+    def run() -> None:
+        engine.watch = _Watch(total, threading.get_native_id())
+        started.set()
+        if profile is not None:
+            profile.runcall(worker.run)
+        else:
+            worker.run()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    started.wait()
+    assert engine.watch is not None
+    try:
+        if not engine.watch.closed.wait(600):
+            raise RuntimeError(f"the worker did not answer {total} requests in 600 s")
+    finally:
+        worker.stop()
+        thread.join(60)
+    return worker
+
+
+def _stage_figures(worker: Worker, window: Window) -> dict[str, Any]:
+    """The stage counters per request, and as shares of the loop thread's CPU time."""
+    registry = worker.metrics.registry
+    answered = worker.metrics.snapshot().requests
+    seconds = {
+        s: registry.get_sample_value("batchpipe_stage_seconds_total", {"stage": s}) or 0.0
+        for s in STAGES
+    }
+    per_request = {s: round(v / answered * 1e6, 2) for s, v in seconds.items()}
+    loop_us = window.cpu["loop"] / window.requests * 1e6
+    share = {s: round(us / loop_us, 3) for s, us in per_request.items()}
+    share["rest_of_loop"] = round(1 - sum(share.values()), 3)
+    return {
+        "stage_us_per_request": per_request,
+        "stage_share_of_loop": share,
+        "mean_batch_size": round(worker.metrics.snapshot().mean_batch_size, 1),
+        "slowest_stage": max(per_request, key=lambda s: per_request[s]),
+    }
+
+
+# the loop's steps (worker/service.py), and the metrics snapshot that every step takes
+_LOOP_PARTS = (
+    ("service.py", "_poll"), ("service.py", "_decode_admit"), ("service.py", "_collect"),
+    ("service.py", "_dispatch"), ("service.py", "_publish_and_commit"),
+    ("service.py", "_adapt"), ("service.py", "_flow"), ("service.py", "_expire"),
+    ("metrics.py", "snapshot"),
+)  # fmt: skip
+
+
+def _profile_shares(profile: cProfile.Profile) -> dict[str, float]:
+    """Each loop part's share of the loop's time (``Worker._step``), under cProfile."""
+    cumulative: dict[str, float] = {}
+    stats: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    for (path, _, function), row in stats.items():
+        for module, name in (*_LOOP_PARTS, ("service.py", "_step")):
+            if function == name and path.endswith(f"worker/{module}"):
+                cumulative[name] = cumulative.get(name, 0.0) + row[3]
+    step = cumulative.pop("_step")
+    return {name: round(seconds / step, 3) for name, seconds in cumulative.items()}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way through the broker: the records it reads and the worker settings it runs."""
+
+    name: str
+    records: Sequence[Record]
+    prefetch_count: int = 64
+    delivery: Literal["exactly_once", "at_least_once"] = "exactly_once"
+    client: dict[str, Any] = field(default_factory=dict)  # librdkafka settings
+
+    def config(self, bootstrap: str) -> Config:
+        config = fresh_config(
+            bootstrap,
+            max_batch_tokens=4 * 8192,
+            adaptive=False,
+            prefetch_count=self.prefetch_count,
+        )
+        kafka = replace(config.kafka, delivery=self.delivery, client=self.client)
+        return replace(config, engine=EngineConfig(kind="echo"), kafka=kafka)
+
+
+def _measure(bootstrap: str, variant: Variant, run: Callable[[Config], dict[str, Any]]) -> Any:
+    config = variant.config(bootstrap)
+    publish_raw(config, variant.records)
+    row = {
+        "name": variant.name,
+        "prefetch_count": variant.prefetch_count,
+        "delivery": variant.delivery,
+        "client": variant.client,
+        **run(config),
+    }
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=N)
+    total = parser.parse_args(argv).requests
+    requests = summary_requests(total, MAX_TOKENS)
+    protobuf = [encode_request(r) for r in requests]
+    as_json = [json_request(r) for r in requests]
+
+    def worker_run(config: Config) -> dict[str, Any]:
+        worker = through_worker(config, total)
+        window = worker.engine.watch.window  # type: ignore[attr-defined]
+        return {**window.figures(), **_stage_figures(worker, window)}
+
+    def profiled_run(config: Config) -> dict[str, Any]:
+        profile = cProfile.Profile()
+        through_worker(config, total, profile)
+        return {"share_of_loop_time": _profile_shares(profile)}
+
+    def passthrough_run(config: Config) -> dict[str, Any]:
+        window = passthrough(config, total)
+        assert window is not None
+        return window.figures()
+
+    deep = Variant("worker, prefetch 1024", protobuf, prefetch_count=1024)
+    with EmbeddedBroker() as broker:
+        b = broker.bootstrap
+        raw = _measure(
+            b, Variant("passthrough", protobuf, delivery="at_least_once"), passthrough_run
+        )
+        rows = [
+            raw,
+            _measure(b, Variant("worker, defaults", protobuf), worker_run),
+            _measure(
+                b, Variant(SHORT_POLL, protobuf, client={"fetch.wait.max.ms": 100}), worker_run
+            ),
+            saturated := _measure(b, deep, worker_run),
+            _measure(
+                b,
+                replace(deep, name=f"{deep.name}, at_least_once", delivery="at_least_once"),
+                worker_run,
+            ),
+            _measure(
+                b, replace(deep, name=f"{deep.name}, JSON requests", records=as_json), worker_run
+            ),
+            _measure(b, replace(deep, name=f"{deep.name}, cProfile"), profiled_run),
+        ]
+    default = rows[1]
+    cpu = saturated["cpu_us_per_request"]
+    figures = {
+        "requests": total,
+        "request_value_bytes": round(sum(len(v) for v, _ in protobuf) / total, 1),
+        "max_tokens": MAX_TOKENS,
+        "engine": "echo, no simulated delay",
+        "batching": "max_batch_size 32, timeout 100 ms, adaptive off, "
+        "max_batch_tokens 32768 (echo counts bytes as tokens)",
+        "variants": rows,
+        "ratio_vs_passthrough": {
+            r["name"]: round(r["requests_per_s"] / raw["requests_per_s"], 4)
+            for r in rows[1:]
+            if "requests_per_s" in r
+        },
+        "one_core_requests_per_s": {
+            "worker_process": round(1e6 / cpu["process"]),
+            "worker_loop_thread": round(1e6 / cpu["loop"]),
+        },
+        "slowest_stage": saturated["slowest_stage"],
+        "default_prefetch_cap_requests_per_s": default["requests_per_s"],
+    }
+    path = write_result("overhead", figures)
+    print(path, json.dumps({k: v for k, v in figures.items() if k != "variants"}))
+    return figures
+
+
+if __name__ == "__main__":
+    main()

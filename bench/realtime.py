@@ -1,0 +1,194 @@
+"""Batching against real time: the same summarisation requests through the ``hf`` engine on CPU.
+
+Three ways to serve the same N requests (:func:`bench.wire.summary_requests`), all present
+at the start, as in an offline batch job:
+
+* (a) ``one at a time``: the engine called directly with one request per call, in order,
+  as a real-time service runs them; no Kafka (which only flatters it);
+* (b) ``batchpipe``: the full worker on the embedded broker — decode, dynamic batcher
+  (max_batch_size 32, timeout 100 ms, adaptive off so the batcher alone is measured),
+  engine, encode, produce, commit — read back by a consumer;
+* (c) ``ideal batches``: the engine called directly with pre-formed batches of 32, sorted
+  by prompt length (least padding), no Kafka: the ceiling for (b).
+
+Every request generates exactly ``max_tokens`` tokens (greedy, EOS suppressed), so the
+three do the same work. Latency is reported two ways: end to end (from the moment the job
+was submitted until the request's answer — (b) until the reader received it), and
+service (from the moment the engine started the request's batch until it finished: what
+a lone real-time caller waits). N is far below the 1,000 of the issue because at
+~20 tokens/s, (a) alone would take over 15 minutes on 2 CPU cores; the same N is used
+for a, b and c.
+
+    .venv/bin/python -m bench.realtime [--requests N] [--max-tokens T]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from bench.common import fresh_config, worker_thread, write_result
+from bench.wire import ResultReader, percentile, summary_requests, timestamped
+from tests.integration.harness import publish
+from worker.broker import EmbeddedBroker
+from worker.config import BatchingConfig, EngineConfig
+from worker.engines.base import Completion, EngineInput
+from worker.engines.hf import HFEngine
+from worker.engines.hf_model import load_pretrained, resolve_dtype
+from worker.engines.models import DEFAULT_MODEL, locate_model
+from worker.messages import InferenceRequest
+
+N = 160
+MAX_TOKENS = 16
+BATCH = 32
+ENGINE = EngineConfig(kind="hf", device="cpu")
+BATCHING = BatchingConfig(max_batch_size=BATCH, prefetch_count=2 * BATCH, adaptive=False)
+
+
+@dataclass(frozen=True)
+class Served:
+    """How one mode served the requests: its wall time and each request's latencies."""
+
+    seconds: float
+    e2e_s: Sequence[float]
+    service_s: Sequence[float]
+    completion_tokens: int
+
+    def figures(self) -> dict[str, Any]:
+        def ms(values: Sequence[float], q: float) -> float:
+            return round(percentile(values, q) * 1000, 1)
+
+        return {
+            "seconds": round(self.seconds, 2),
+            "requests_per_s": round(len(self.e2e_s) / self.seconds, 3),
+            "tokens_per_s": round(self.completion_tokens / self.seconds, 1),
+            "e2e_p50_ms": ms(self.e2e_s, 50),
+            "e2e_p99_ms": ms(self.e2e_s, 99),
+            "service_p50_ms": ms(self.service_s, 50),
+            "service_p99_ms": ms(self.service_s, 99),
+        }
+
+
+def _engine(model: tuple[Any, Any]) -> HFEngine:
+    engine = HFEngine(ENGINE, batching=BATCHING, ignore_eos=True, preloaded=model)
+    engine.load()
+    return engine
+
+
+def _inputs(engine: HFEngine, requests: Sequence[InferenceRequest]) -> list[EngineInput]:
+    return [EngineInput(r.custom_id, engine.encode(r), r.sampling) for r in requests]
+
+
+def in_batches(engine: HFEngine, inputs: Sequence[EngineInput], size: int) -> Served:
+    """Run ``inputs`` in consecutive batches of ``size``; all submitted at the start."""
+    done: dict[str, tuple[float, float, Completion]] = {}
+    t0 = time.monotonic()
+    for first in range(0, len(inputs), size):
+        started = time.monotonic()
+
+        def finished(c: Completion, started: float = started) -> None:
+            done[c.key] = (started, time.monotonic(), c)
+
+        engine.run_batch(inputs[first : first + size], finished)
+    seconds = time.monotonic() - t0
+    return Served(
+        seconds,
+        [end - t0 for _, end, _ in done.values()],
+        [end - start for start, end, _ in done.values()],
+        sum(c.completion_tokens for *_, c in done.values()),
+    )
+
+
+def through_worker(
+    model: tuple[Any, Any], requests: Sequence[InferenceRequest]
+) -> tuple[Served, float]:
+    """The requests through a worker on the embedded broker, and its decode µs per request.
+
+    Returns when a consumer has read every answer. The decode stage includes the
+    tokenizer (chat template), so it is the real per-request CPU cost before the engine.
+    """
+    with EmbeddedBroker() as broker:
+        config = replace(fresh_config(broker.bootstrap, **vars(BATCHING)), engine=ENGINE)
+        engine = HFEngine(
+            ENGINE, config.generation, config.batching, ignore_eos=True, preloaded=model
+        )
+        reader = ResultReader(config)
+        with worker_thread(config, engine) as worker:
+            warm = [replace(r, custom_id=f"warm-{r.custom_id}") for r in requests[:2]]
+            publish(config, warm)  # group joins and the first generate() stay out
+            reader.wait_for([r.custom_id for r in warm], timeout_s=300)
+            t0 = time.time()
+            stamped = [timestamped(r) for r in requests]
+            publish(config, stamped)
+            reader.wait_for([r.custom_id for r in requests], timeout_s=1800)
+            registry = worker.metrics.registry
+            decode_s = registry.get_sample_value(
+                "batchpipe_stage_seconds_total", {"stage": "decode"}
+            )
+        reader.close()
+    answers = [(r.submitted_at or t0, *reader.arrived[r.custom_id]) for r in stamped]
+    assert all(res.status == "completed" for *_, res in answers)
+    served = Served(
+        max(arrived for _, arrived, _ in answers) - t0,
+        [arrived - submitted for submitted, arrived, _ in answers],
+        [res.timings.engine_s for *_, res in answers],
+        sum(res.usage.completion_tokens for *_, res in answers),
+    )
+    return served, (decode_s or 0.0) / (len(requests) + len(warm)) * 1e6
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=N)
+    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
+    args = parser.parse_args(argv)
+    requests = summary_requests(args.requests, args.max_tokens)
+    cpu = torch.device("cpu")
+    started = time.monotonic()
+    model = load_pretrained(locate_model(DEFAULT_MODEL), cpu, resolve_dtype("auto", cpu))
+    load_s = time.monotonic() - started
+    engine = _engine(model)
+    inputs = _inputs(engine, requests)
+    engine.run_batch(inputs[:2], lambda c: None)  # warm-up: first-call allocations
+    modes: dict[str, Served] = {}
+    modes["a"] = in_batches(engine, inputs, 1)
+    print("a", modes["a"].figures(), flush=True)
+    modes["b"], decode_us = through_worker(model, requests)
+    print("b", modes["b"].figures(), flush=True)
+    by_length = sorted(inputs, key=lambda i: len(i.prompt_token_ids))
+    modes["c"] = in_batches(engine, by_length, BATCH)
+    print("c", modes["c"].figures(), flush=True)
+    prompt_tokens = [len(i.prompt_token_ids) for i in inputs]
+    figures = {
+        "model": DEFAULT_MODEL,
+        "device": "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "requests": args.requests,
+        "max_tokens": args.max_tokens,
+        "prompt_tokens_mean": round(sum(prompt_tokens) / len(prompt_tokens), 1),
+        "decoding": "greedy, EOS suppressed: every request generates exactly max_tokens",
+        "load_seconds": round(load_s, 1),
+        "note": f"N={args.requests}, not 1,000: (a) at batch 1 would take over 15 minutes here",
+        "modes": {
+            "a": {"name": "one at a time (real-time service)", **modes["a"].figures()},
+            "b": {"name": "batchpipe worker (dynamic batcher, Kafka)", **modes["b"].figures()},
+            "c": {"name": f"ideal batches of {BATCH} (engine only)", **modes["c"].figures()},
+        },
+        "worker_decode_us_per_request": round(decode_us, 1),
+        "throughput_ratio_b_over_a": round(modes["a"].seconds / modes["b"].seconds, 2),
+        "throughput_ratio_b_over_c": round(modes["c"].seconds / modes["b"].seconds, 2),
+        "source_document_b_over_a": 3.8,
+    }
+    path = write_result("realtime", figures)
+    print(path, json.dumps(figures, indent=1))
+    return figures
+
+
+if __name__ == "__main__":
+    main()
