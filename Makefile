@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+PY_DIRS := batcher worker batchpipe tests bench proto schemas
 
 .PHONY: venv demo test lint typecheck unit integration proto bench clean
 
@@ -24,8 +25,8 @@ test: venv lint typecheck
 	$(BIN)/python -m pytest
 
 lint: venv
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+	$(BIN)/ruff check $(PY_DIRS)
+	$(BIN)/ruff format --check $(PY_DIRS)
 
 typecheck: venv
 	$(BIN)/mypy batcher worker batchpipe

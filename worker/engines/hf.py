@@ -5,6 +5,13 @@ derives position ids from the mask, so padding does not shift a row's positions)
 per-row sampling and stopping (:mod:`worker.engines.hf_sampling`) so requests with
 different settings share the batch. Each request completes as soon as its row ends.
 
+With ``batching.shared_prefix``, a prompt prefix shared by every row of a batch (at least
+one 32-token block) is computed once and kept in a small LRU
+(:mod:`worker.engines.prefix_cache`); the rows then run only their suffixes. A batch with
+a ``repetition_penalty`` row runs in full: the penalty reads the prompt as one contiguous
+left-padded span, which the prefix layout (pads between prefix and suffix) is not. A single
+request uses a cached prefix but does not compute a new one (nothing would share it).
+
 Token ids are laid out in the reusable buffers of
 :class:`~worker.engines.pinned.PinnedBufferPool`; on CUDA those are pinned (when
 ``engine.pinned_memory``) and copied on a side stream. A CUDA out-of-memory error before
@@ -21,8 +28,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 from transformers import GenerationConfig as HFGenerationConfig
-from transformers import LogitsProcessorList, StoppingCriteriaList
 
 from worker.config import BatchingConfig, EngineConfig, GenerationConfig
 from worker.engines.base import Completion, Engine, EngineInput, EngineOutOfMemory, OnComplete
@@ -38,6 +45,7 @@ from worker.engines.hf_model import (
 from worker.engines.hf_sampling import RowSampler, RowSettings, RowTracker
 from worker.engines.models import locate_model
 from worker.engines.pinned import PinnedBufferPool
+from worker.engines.prefix_cache import PrefixCache
 from worker.engines.utilization import BusyMeter, gpu_counter
 from worker.errors import ErrorCode, ModelLoadError
 from worker.messages import ErrorInfo, InferenceRequest
@@ -70,6 +78,7 @@ class HFEngine(Engine):
         self._model: Any = None
         self._encoder: ChatEncoder | None = None
         self._pool: PinnedBufferPool | None = None
+        self._prefixes: PrefixCache | None = None
         self._eos: frozenset[int] = frozenset()
         self._pad = 0
         self._gpu_counter: Callable[[], float] | None = None
@@ -101,6 +110,7 @@ class HFEngine(Engine):
             self.device, self._batching.max_batch_tokens, pin=self._config.pinned_memory
         )
         self._gpu_counter = gpu_counter(self.device) if self.device.type == "cuda" else None
+        self._prefixes = PrefixCache(model) if self._batching.shared_prefix else None
 
     @property
     def encoder(self) -> ChatEncoder:
@@ -111,6 +121,11 @@ class HFEngine(Engine):
     @property
     def pool(self) -> PinnedBufferPool | None:
         return self._pool
+
+    @property
+    def prefixes(self) -> PrefixCache | None:
+        """The shared-prefix KV cache; None when ``batching.shared_prefix`` is off."""
+        return self._prefixes
 
     def encode(self, request: InferenceRequest) -> tuple[int, ...]:
         return self.encoder.encode(request)
@@ -171,8 +186,8 @@ class HFEngine(Engine):
         items = [item for item, _ in live]
         rows = [row for _, row in live]
         prompts = [item.prompt_token_ids for item in items]
-        staged = self._pool.stage(prompts, self._pad)
-        padded = staged.input_ids.shape[1]
+        input_ids, attention_mask, cache = self._layout(self._pool, prompts, rows)
+        padded = input_ids.shape[1]
         tracker = RowTracker(items, rows, padded, self._eos, self.encoder.decode, complete)
         processors = LogitsProcessorList()
         if not all(row.plain_greedy for row in rows):
@@ -189,13 +204,38 @@ class HFEngine(Engine):
         )
         with torch.inference_mode():
             sequences = self._model.generate(
-                input_ids=staged.input_ids,
-                attention_mask=staged.attention_mask,
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                cache=cache,
                 generation_config=config,
                 logits_processor=processors,
                 stopping_criteria=StoppingCriteriaList([tracker]),
             )
         tracker.finish_rest(sequences)
+
+    def _layout(
+        self,
+        pool: PinnedBufferPool,
+        prompts: Sequence[tuple[int, ...]],
+        rows: Sequence[RowSettings],
+    ) -> tuple[torch.Tensor, torch.Tensor, DynamicCache | None]:
+        """Input ids, attention mask and starting KV cache of one ``generate`` call.
+
+        Without a shared prefix: every prompt left-padded, no cache. With one: the prefix
+        (served from the cache) in front of every row, then each row's suffix left-padded.
+        """
+        prefix = None
+        if self._prefixes is not None and not any(row.repetition_penalty for row in rows):
+            prefix = self._prefixes.for_batch(prompts, compute=len(prompts) > 1)
+        if prefix is None:
+            staged = pool.stage(prompts, self._pad)
+            return staged.input_ids, staged.attention_mask, None
+        staged = pool.stage([p[prefix.length :] for p in prompts], self._pad)
+        batch = len(prompts)
+        head = prefix.ids.expand(batch, -1)
+        input_ids = torch.cat([head, staged.input_ids], dim=1)
+        attention_mask = torch.cat([torch.ones_like(head), staged.attention_mask], dim=1)
+        return input_ids, attention_mask, prefix.expand(batch, self._model.config)
 
     def utilization(self) -> float:
         busy = self._meter.fraction()
@@ -205,5 +245,8 @@ class HFEngine(Engine):
         self._model = None
         self._encoder = None
         self._pool = None
+        if self._prefixes is not None:
+            self._prefixes.clear()
+            self._prefixes = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
