@@ -3,21 +3,22 @@
 Three ways to serve the same N requests (:func:`bench.wire.summary_requests`), all present
 at the start, as in an offline batch job:
 
-* (a) ``one at a time``: the engine called directly with one request per call, in order,
-  as a real-time service runs them; no Kafka (which only flatters it);
+* (a) ``one at a time``: the engine called directly with one request per call, as a
+  real-time service runs them; no Kafka (which only flatters it);
 * (b) ``batchpipe``: the full worker on the embedded broker — decode, dynamic batcher
   (max_batch_size 32, timeout 100 ms, adaptive off so the batcher alone is measured),
   engine, encode, produce, commit — read back by a consumer;
 * (c) ``ideal batches``: the engine called directly with pre-formed batches of 32, sorted
   by prompt length (least padding), no Kafka: the ceiling for (b).
 
-Every request generates exactly ``max_tokens`` tokens (greedy, EOS suppressed), so the
-three do the same work. Latency is reported two ways: end to end (from the moment the job
-was submitted until the request's answer — (b) until the reader received it), and
-service (from the moment the engine started the request's batch until it finished: what
-a lone real-time caller waits). N is far below the 1,000 of the issue because at
-~20 tokens/s, (a) alone would take over 15 minutes on 2 CPU cores; the same N is used
-for a, b and c.
+(a) and (c) run interleaved, one batch's worth at a time, so that load from other
+processes on the machine hits both alike. Every request generates exactly ``max_tokens``
+tokens (greedy, EOS suppressed), so the three do the same work. Latency is reported two
+ways: end to end (from the moment the job was submitted until the request's answer — for
+(b) until the reader received it), and service (from the moment the engine started the
+request's batch until it finished: what a lone real-time caller waits). N is far below
+the issue's 1,000: at batch 1 a request takes about a second here, so (a) alone would
+take over 15 minutes on 2 CPU cores; the same N is used for a, b and c.
 
     .venv/bin/python -m bench.realtime [--requests N] [--max-tokens T]
 """
@@ -26,9 +27,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -44,21 +46,40 @@ from worker.engines.hf_model import load_pretrained, resolve_dtype
 from worker.engines.models import DEFAULT_MODEL, locate_model
 from worker.messages import InferenceRequest
 
-N = 160
+N = 96
 MAX_TOKENS = 16
 BATCH = 32
 ENGINE = EngineConfig(kind="hf", device="cpu")
 BATCHING = BatchingConfig(max_batch_size=BATCH, prefetch_count=2 * BATCH, adaptive=False)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Served:
     """How one mode served the requests: its wall time and each request's latencies."""
 
-    seconds: float
-    e2e_s: Sequence[float]
-    service_s: Sequence[float]
-    completion_tokens: int
+    seconds: float = 0.0
+    e2e_s: list[float] = field(default_factory=list)
+    service_s: list[float] = field(default_factory=list)
+    completion_tokens: int = 0
+
+    def run(self, engine: HFEngine, inputs: Sequence[EngineInput], size: int) -> None:
+        """Run ``inputs`` in consecutive batches of ``size``, after what ran before.
+
+        End-to-end latency counts from the start of this mode's first run, so a mode run
+        in several slices adds up as if it had run in one go.
+        """
+        start = time.monotonic()
+        for first in range(0, len(inputs), size):
+            batch_start = time.monotonic()
+
+            def finished(c: Completion, batch_start: float = batch_start) -> None:
+                end = time.monotonic()
+                self.e2e_s.append(self.seconds + end - start)
+                self.service_s.append(end - batch_start)
+                self.completion_tokens += c.completion_tokens
+
+            engine.run_batch(inputs[first : first + size], finished)
+        self.seconds += time.monotonic() - start
 
     def figures(self) -> dict[str, Any]:
         def ms(values: Sequence[float], q: float) -> float:
@@ -85,24 +106,19 @@ def _inputs(engine: HFEngine, requests: Sequence[InferenceRequest]) -> list[Engi
     return [EngineInput(r.custom_id, engine.encode(r), r.sampling) for r in requests]
 
 
-def in_batches(engine: HFEngine, inputs: Sequence[EngineInput], size: int) -> Served:
-    """Run ``inputs`` in consecutive batches of ``size``; all submitted at the start."""
-    done: dict[str, tuple[float, float, Completion]] = {}
-    t0 = time.monotonic()
-    for first in range(0, len(inputs), size):
-        started = time.monotonic()
+def alone_and_ideal(engine: HFEngine, inputs: Sequence[EngineInput]) -> tuple[Served, Served]:
+    """(a) and (c), interleaved by slices of one batch so background load hits both alike.
 
-        def finished(c: Completion, started: float = started) -> None:
-            done[c.key] = (started, time.monotonic(), c)
-
-        engine.run_batch(inputs[first : first + size], finished)
-    seconds = time.monotonic() - t0
-    return Served(
-        seconds,
-        [end - t0 for _, end, _ in done.values()],
-        [end - start for start, end, _ in done.values()],
-        sum(c.completion_tokens for *_, c in done.values()),
-    )
+    Inputs sorted by prompt length form the ideal batches; each batch's requests then run
+    once more one at a time.
+    """
+    alone, ideal = Served(), Served()
+    by_length = sorted(inputs, key=lambda i: len(i.prompt_token_ids))
+    for first in range(0, len(by_length), BATCH):
+        chunk = by_length[first : first + BATCH]
+        ideal.run(engine, chunk, BATCH)
+        alone.run(engine, chunk, 1)
+    return alone, ideal
 
 
 def through_worker(
@@ -156,14 +172,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     engine = _engine(model)
     inputs = _inputs(engine, requests)
     engine.run_batch(inputs[:2], lambda c: None)  # warm-up: first-call allocations
-    modes: dict[str, Served] = {}
-    modes["a"] = in_batches(engine, inputs, 1)
-    print("a", modes["a"].figures(), flush=True)
-    modes["b"], decode_us = through_worker(model, requests)
-    print("b", modes["b"].figures(), flush=True)
-    by_length = sorted(inputs, key=lambda i: len(i.prompt_token_ids))
-    modes["c"] = in_batches(engine, by_length, BATCH)
-    print("c", modes["c"].figures(), flush=True)
+    load_before = os.getloadavg()
+    alone, ideal = alone_and_ideal(engine, inputs)
+    print("a", alone.figures(), "\nc", ideal.figures(), flush=True)
+    batched, decode_us = through_worker(model, requests)
+    print("b", batched.figures(), flush=True)
     prompt_tokens = [len(i.prompt_token_ids) for i in inputs]
     figures = {
         "model": DEFAULT_MODEL,
@@ -175,14 +188,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "decoding": "greedy, EOS suppressed: every request generates exactly max_tokens",
         "load_seconds": round(load_s, 1),
         "note": f"N={args.requests}, not 1,000: (a) at batch 1 would take over 15 minutes here",
+        "load_average_before_after": [round(x, 2) for x in (*load_before, *os.getloadavg())],
         "modes": {
-            "a": {"name": "one at a time (real-time service)", **modes["a"].figures()},
-            "b": {"name": "batchpipe worker (dynamic batcher, Kafka)", **modes["b"].figures()},
-            "c": {"name": f"ideal batches of {BATCH} (engine only)", **modes["c"].figures()},
+            "a": {"name": "one at a time (real-time service)", **alone.figures()},
+            "b": {"name": "batchpipe worker (dynamic batcher, Kafka)", **batched.figures()},
+            "c": {"name": f"ideal batches of {BATCH} (engine only)", **ideal.figures()},
         },
         "worker_decode_us_per_request": round(decode_us, 1),
-        "throughput_ratio_b_over_a": round(modes["a"].seconds / modes["b"].seconds, 2),
-        "throughput_ratio_b_over_c": round(modes["c"].seconds / modes["b"].seconds, 2),
+        "throughput_ratio_b_over_a": round(alone.seconds / batched.seconds, 2),
+        "throughput_ratio_b_over_c": round(ideal.seconds / batched.seconds, 2),
         "source_document_b_over_a": 3.8,
     }
     path = write_result("realtime", figures)

@@ -15,33 +15,31 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from batcher import (
     AdaptiveBatchSize,
-    Admission,
-    Batch,
     BatchLimits,
     DynamicBatcher,
-    OffsetTracker,
     Partition,
     Pending,
 )
 from worker import __version__, clients
-from worker.codec import CodecLimits, encode_result
+from worker.codec import CodecLimits
 from worker.config import Config
+from worker.engine_stage import EngineStage
 from worker.engines.base import Engine
 from worker.engines.factory import create_engine
 from worker.errors import ErrorCode, ModelLoadError
 from worker.health import Health, MetricsServer
 from worker.intake import DeadLetter, Intake
-from worker.jobs import Identity, Job, Source, completed, failed
+from worker.jobs import Identity, Job, Source
+from worker.ledger import Ledger
 from worker.logs import SummaryLogger
-from worker.messages import InferenceResult
 from worker.metrics import WorkerMetrics
+from worker.outbox import Outbox
 from worker.publisher import (
     AtLeastOncePublisher,
     FatalKafkaError,
@@ -50,21 +48,11 @@ from worker.publisher import (
     TransactionalPublisher,
     rewind,
 )
-from worker.runner import BatchDone, EngineRunner, Finished
 
 log = logging.getLogger("batchpipe.worker")
 
 EXIT_OK, EXIT_FATAL, EXIT_MODEL_LOAD = 0, 1, 3
 _MAX_POLL_BATCH = 500
-
-
-@dataclass
-class _Running:
-    """The batch in the engine: what it holds and when it went in."""
-
-    runner_id: int
-    batch: Batch[Job]
-    dispatched_at: float
 
 
 class Worker:
@@ -92,8 +80,8 @@ class Worker:
             ),
             dedup=b.dedup,
         )
-        self.admission = Admission(b.prefetch_count)
-        self.tracker = OffsetTracker()
+        self.ledger = Ledger(b.prefetch_count)
+        self.admission = self.ledger.admission
         self.adaptive = AdaptiveBatchSize(
             b.max_batch_size, b.max_batch_size, interval_s=b.adaptive_interval_ms / 1000.0
         )
@@ -104,16 +92,24 @@ class Worker:
             config.generation,
             CodecLimits.from_config(config.limits),
         )
-        self._open: set[str] = set()  # source refs admitted and not yet answered
-        self._running: _Running | None = None
-        self._wedged = False
         self._next_adapt = 0.0
         self._paused = False
         self._stop = threading.Event()
         self._summary = SummaryLogger(log)
         self._consumer: Consumer | None = None
         self._publisher: Publisher | None = None
-        self._runner: EngineRunner | None = None
+        self._outbox: Outbox | None = None
+        self._engine_stage: EngineStage | None = None
+
+    @property
+    def engine_stage(self) -> EngineStage:
+        assert self._engine_stage is not None, "Kafka clients are not started"
+        return self._engine_stage
+
+    @property
+    def outbox(self) -> Outbox:
+        assert self._outbox is not None, "Kafka clients are not started"
+        return self._outbox
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -153,10 +149,11 @@ class Worker:
         if k.delivery == "exactly_once":
             prefix = f"batchpipe.{k.group_id}"
             self._publisher = TransactionalPublisher(
-                k, self._consumer, self.tracker, prefix, on_outcome=self.metrics.transaction
+                k, self._consumer, self.ledger.tracker, prefix, on_outcome=self.metrics.transaction
             )
         else:
-            self._publisher = AtLeastOncePublisher(k, self._consumer, self.tracker)
+            self._publisher = AtLeastOncePublisher(k, self._consumer, self.ledger.tracker)
+        self._outbox = Outbox(k, self._publisher, self.ledger, self.metrics, self.identity)
         self.health.set_producer_ok(True)
         self._consumer.subscribe(
             [k.requests_topic],
@@ -165,7 +162,16 @@ class Worker:
             on_lost=self._on_lost,
         )
         self.health.set_consumer_ok(True, "waiting for assignment")
-        self._runner = EngineRunner(self.engine)
+        self._engine_stage = EngineStage(
+            self.engine,
+            self.batcher,
+            self.adaptive,
+            self.outbox,
+            self.metrics,
+            self.health,
+            self.identity,
+            self.config,
+        )
         log.info(
             "worker %s serving %r from %s (delivery %s)",
             self.worker_id,
@@ -185,8 +191,8 @@ class Worker:
         for message in self._poll(draining):
             self._decode_admit(message, now)
         self._expire(now)
-        self._collect()
-        self._dispatch(now, flush=draining)
+        self.engine_stage.collect()
+        self.engine_stage.dispatch(now, flush=draining)
         self._publish_and_commit(now)
         self._adapt(now)
         self._flow()
@@ -197,10 +203,10 @@ class Worker:
         assert self._consumer is not None
         self._pause(True)
         deadline = time.monotonic() + self.config.worker.drain_timeout_s
-        while self._open and time.monotonic() < deadline and not self._wedged:
+        while self.ledger and time.monotonic() < deadline and not self.engine_stage.wedged:
             self._step(draining=True)
-        if self._open:
-            log.warning("drain timed out with %d requests unanswered", len(self._open))
+        if self.ledger:
+            log.warning("drain timed out with %d requests unanswered", len(self.ledger))
 
     def _shutdown(self) -> None:
         if self._consumer is not None:
@@ -212,17 +218,17 @@ class Worker:
             self._consumer.close()  # leaves the group now, not after session.timeout.ms
         if self._publisher is not None:
             self._publisher.close()
-        if self._runner is not None:
-            self._runner.stop()
+        if self._engine_stage is not None:
+            self._engine_stage.stop()
         self.engine.close()
         self.server.stop()
 
     # -- the verbs ---------------------------------------------------------------------
 
     def _poll(self, draining: bool) -> list[Message]:
-        assert self._consumer is not None and self._runner is not None
+        assert self._consumer is not None
         room = 0 if draining else min(self.admission.room, _MAX_POLL_BATCH)
-        if self._runner.busy:
+        if self.engine_stage.busy:
             timeout = 0.005  # notice finished requests quickly
         else:
             wake = self.batcher.wake_at()
@@ -254,9 +260,7 @@ class Worker:
             message.key() if isinstance(message.key(), bytes) else None,
             timestamp_ms / 1000.0 if timestamp_ms > 0 else None,
         )
-        self.tracker.add((topic, partition), offset)
-        self.admission.acquire()
-        self._open.add(source.ref)
+        self.ledger.open(source)
         with self.metrics.stage("decode"):
             headers = message.headers()  # a list on consumed records (a dict only when producing)
             assert not isinstance(headers, dict)
@@ -265,84 +269,15 @@ class Worker:
             if self.batcher.add(outcome, now):
                 self.metrics.dedup_hit()
         elif isinstance(outcome, DeadLetter):
-            self._dead_letter(outcome)
+            self.outbox.dead_letter(outcome)
         else:
-            self._answer(outcome.result, source, submitted_at=outcome.submitted_at)
+            self.outbox.result(outcome.result, source, submitted_at=outcome.submitted_at)
 
     def _expire(self, now: float) -> None:
         for item in self.batcher.pop_expired(now):
-            self._fail(item, ErrorCode.DEADLINE_EXCEEDED, "deadline passed before the request ran")
-
-    def _dispatch(self, now: float, flush: bool) -> None:
-        assert self._runner is not None
-        if self._wedged or self._runner.busy:
-            return
-        with self.metrics.stage("batch"):
-            batch = self.batcher.next_batch(now, flush=flush)
-        if batch is None:
-            return
-        runner_id = self._runner.submit([item.payload.engine_input for item in batch.items])
-        self._running = _Running(runner_id, batch, now)
-        log.debug(
-            "batch %d: %d requests, %d tokens, %s",
-            runner_id,
-            batch.size,
-            batch.tokens,
-            batch.reason,
-            extra={"batch_size": batch.size, "batch_tokens": batch.tokens},
-        )
-
-    def _collect(self) -> None:
-        assert self._runner is not None
-        running = self._running
-        if running is None:
-            return
-        timeout_s = self.config.engine.engine_timeout_s
-        for event in self._runner.drain():
-            if isinstance(event, Finished) and event.batch_id == running.runner_id:
-                for item in self.batcher.complete(event.completion.key):
-                    result = completed(
-                        item.payload,
-                        event.completion,
-                        identity=self.identity,
-                        batch_size=running.batch.size,
-                        dispatched_at=running.dispatched_at,
-                        finished_at=event.finished_at,
-                    )
-                    job = item.payload
-                    self._answer(
-                        result, job.source, result.timings.queued_s, job.request.submitted_at
-                    )
-            elif isinstance(event, BatchDone) and event.batch_id == running.runner_id:
-                self._batch_done(running, event)
-        since = self._runner.running_since()
-        if self._running is not None and since is not None and time.monotonic() - since > timeout_s:
-            self._engine_hung(self._running, timeout_s)
-
-    def _batch_done(self, running: _Running, event: BatchDone) -> None:
-        batch = running.batch
-        self.metrics.batch_done(
-            size=batch.size,
-            tokens=batch.tokens,
-            fill_ratio=batch.tokens / self.config.batching.max_batch_tokens,
-            padding_waste=batch.padding_waste,
-            batch_wait_s=[running.dispatched_at - i.payload.admitted_at for i in batch.items],
-            engine_s=event.engine_s,
-        )
-        for _ in range(event.out_of_memory):
-            self.batcher.max_batch_size = self.adaptive.on_out_of_memory()
-        self._running = None
-
-    def _engine_hung(self, running: _Running, timeout_s: float) -> None:
-        """The engine call outlived ``engine_timeout_s``: fail its requests, stop serving."""
-        self._wedged = True
-        self._running = None
-        reason = f"engine call exceeded engine_timeout_s={timeout_s:g}"
-        self.health.set_model_loaded(False, reason)
-        log.error("%s; failing %d requests and going not ready", reason, running.batch.size)
-        for item in running.batch.items:
-            for answered in self.batcher.complete(item.key):
-                self._fail(answered, ErrorCode.ENGINE_FAILED, reason)
+            self.outbox.failure(
+                item.payload, ErrorCode.DEADLINE_EXCEEDED, "deadline passed before the request ran"
+            )
 
     def _publish_and_commit(self, now: float) -> None:
         assert self._publisher is not None
@@ -353,7 +288,7 @@ class Worker:
             log.warning("%s; consuming those records again", exc)
             self._rewind(exc.partitions)
         else:
-            self.metrics.set_inflight(len(self._open))
+            self.metrics.set_inflight(len(self.ledger))
 
     def _adapt(self, now: float) -> None:
         """Resize batches from the engine's utilisation, sampled every adaptive interval.
@@ -375,86 +310,6 @@ class Worker:
         full = not self.admission.has_room()
         if full != self._paused:
             self._pause(full)
-
-    # -- answers -----------------------------------------------------------------------
-
-    def _answer(
-        self,
-        result: InferenceResult,
-        source: Source,
-        queued_s: float = 0.0,
-        submitted_at: float | None = None,
-    ) -> None:
-        assert self._publisher is not None
-        with self.metrics.stage("encode"):
-            value, headers = encode_result(result)
-
-        def answered() -> None:
-            if self._release(source):
-                e2e = time.time() - submitted_at if submitted_at else None
-                self.metrics.answered(
-                    result.status,
-                    result.error.code if result.error else None,
-                    result.usage.prompt_tokens,
-                    result.usage.completion_tokens,
-                    result.usage.reasoning_tokens,
-                    e2e,
-                    queued_s,
-                )
-
-        with self.metrics.stage("produce"):
-            self._publisher.send(
-                self.config.kafka.results_topic,
-                result.custom_id,
-                value,
-                headers,
-                (source.topic, source.partition),
-                answered,
-            )
-
-    def _dead_letter(self, letter: DeadLetter) -> None:
-        assert self._publisher is not None
-        log.warning(
-            "dead-lettering %s: %d %s",
-            letter.source.ref,
-            letter.code,
-            letter.message,
-            extra={"code": int(letter.code)},
-        )
-        headers = [
-            *letter.headers,
-            ("error-code", str(int(letter.code)).encode()),
-            ("error-message", letter.message.encode()),
-            ("source", letter.source.ref.encode()),
-        ]
-
-        def answered() -> None:
-            if self._release(letter.source):
-                self.metrics.dead_lettered(letter.code)
-
-        self._publisher.send(
-            self.config.kafka.dead_letter_topic,
-            letter.source.key,
-            letter.value or b"",
-            headers,
-            (letter.source.topic, letter.source.partition),
-            answered,
-        )
-
-    def _fail(self, item: Pending[Job], code: ErrorCode, message: str) -> None:
-        job = item.payload
-        request = job.request
-        result = failed(request.custom_id, code, message, identity=self.identity, request=request)
-        self._answer(result, job.source, submitted_at=request.submitted_at)
-
-    def _release(self, source: Source) -> bool:
-        """Mark a record answered, once; False when it was dropped meanwhile (revoked)."""
-        if source.ref not in self._open:
-            return False
-        self._open.discard(source.ref)
-        self.tracker.done((source.topic, source.partition), source.offset)
-        self.admission.release()
-        return True
 
     # -- rebalances --------------------------------------------------------------------
 
@@ -488,16 +343,8 @@ class Worker:
 
     def _drop(self, partitions: Sequence[Partition]) -> None:
         """Forget in-flight requests of ``partitions``: their new owner answers them."""
-        for item in self.batcher.drop_partitions(partitions):
-            self._open.discard(item.key)
-            self.admission.release()
-        # records already answered but awaiting delivery: their offsets go with the partition
-        gone = {f"{t}/{p}/" for t, p in partitions}
-        stale = [ref for ref in self._open if ref.rsplit("/", 1)[0] + "/" in gone]
-        for ref in stale:
-            self._open.discard(ref)
-            self.admission.release()
-        self.tracker.forget(partitions)
+        self.batcher.drop_partitions(partitions)
+        self.ledger.forget(partitions)
 
     def _rewind(self, partitions: Sequence[Partition]) -> None:
         """After an abort: forget those partitions' work since their last commit, re-read it."""

@@ -8,12 +8,11 @@ unique topic names and group id, so tests never see each other's records.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 
+from tests.integration.harness import isolated_config
 from worker.broker import EmbeddedBroker
 from worker.config import Config
 
@@ -30,15 +29,4 @@ def kafka_bootstrap() -> Iterator[str]:
 
 @pytest.fixture
 def kafka_config(kafka_bootstrap: str) -> Config:
-    suffix = uuid.uuid4().hex[:12]
-    config = Config()
-    kafka = replace(
-        config.kafka,
-        bootstrap_servers=kafka_bootstrap,
-        group_id=f"test-group-{suffix}",
-        requests_topic=f"test-requests-{suffix}",
-        results_topic=f"test-results-{suffix}",
-        dead_letter_topic=f"test-dead-letter-{suffix}",
-        partitions=3,
-    )
-    return replace(config, kafka=kafka)
+    return isolated_config(kafka_bootstrap)

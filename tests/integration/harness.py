@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -22,6 +23,22 @@ from worker.messages import InferenceRequest, InferenceResult
 from worker.service import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def isolated_config(bootstrap: str, prefix: str = "test") -> Config:
+    """Defaults, pointed at ``bootstrap``, with topics and a group id no one else uses."""
+    suffix = uuid.uuid4().hex[:12]
+    config = Config()
+    kafka = replace(
+        config.kafka,
+        bootstrap_servers=bootstrap,
+        group_id=f"{prefix}-group-{suffix}",
+        requests_topic=f"{prefix}-requests-{suffix}",
+        results_topic=f"{prefix}-results-{suffix}",
+        dead_letter_topic=f"{prefix}-dead-letter-{suffix}",
+        partitions=3,
+    )
+    return replace(config, kafka=kafka)
 
 
 def publish_raw(

@@ -119,6 +119,11 @@ class HFEngine(Engine):
         return self._encoder
 
     @property
+    def model(self) -> Any:
+        """The loaded transformers model (None before ``load()``)."""
+        return self._model
+
+    @property
     def pool(self) -> PinnedBufferPool | None:
         return self._pool
 

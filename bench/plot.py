@@ -1,0 +1,168 @@
+"""One PNG chart per benchmark result: ``bench/results/<name>.json`` → ``<name>.png``.
+
+Needs matplotlib (the ``bench`` extra). Results without a chart of their own here are
+skipped; a missing result is simply not drawn.
+
+    .venv/bin/python -m bench.plot
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure  # no pyplot: no global state, no display backend
+
+from bench.common import RESULTS
+
+Result = dict[str, Any]
+
+
+def _bars(ax: Axes, labels: list[str], values: list[float], title: str, unit: str) -> None:
+    bars = ax.barh(labels, values, color="tab:blue")
+    ax.bar_label(bars, labels=[f"{v:,.4g}" for v in values], padding=3, fontsize=8)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(unit)
+    ax.invert_yaxis()
+    ax.margins(x=0.2)
+
+
+def overhead(result: Result, axes: list[Axes]) -> None:
+    rows = [r for r in result["variants"] if "requests_per_s" in r]
+    _bars(
+        axes[0],
+        [r["name"] for r in rows],
+        [r["requests_per_s"] for r in rows],
+        f"{result['requests']:,} requests, embedded broker (log scale)",
+        "requests/s",
+    )
+    axes[0].set_xscale("log")
+    workers = [r for r in rows if "stage_us_per_request" in r]
+    parts = ("decode", "batch", "encode", "produce")
+    left = [0.0] * len(workers)
+    for part in (*parts, "rest_of_loop", "librdkafka", "other_threads"):
+        if part in parts:
+            widths = [r["stage_us_per_request"][part] for r in workers]
+        elif part == "rest_of_loop":
+            widths = [
+                r["cpu_us_per_request"]["loop"] - sum(r["stage_us_per_request"].values())
+                for r in workers
+            ]
+        else:
+            widths = [r["cpu_us_per_request"][part] for r in workers]
+        axes[1].barh([r["name"] for r in workers], widths, left=left, label=part)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    axes[1].set_title("worker CPU per request, by stage and thread", fontsize=10)
+    axes[1].set_xlabel("CPU µs per request")
+    axes[1].invert_yaxis()
+    axes[1].legend(fontsize=7, loc="lower right")
+
+
+def realtime(result: Result, axes: list[Axes]) -> None:
+    modes = result["modes"]
+    labels = [f"({k}) {m['name']}" for k, m in modes.items()]
+    n, tokens = result["requests"], result["max_tokens"]
+    _bars(
+        axes[0],
+        labels,
+        [m["requests_per_s"] for m in modes.values()],
+        f"{n} summaries × {tokens} tokens, {result['model']} on CPU: "
+        f"b/a {result['throughput_ratio_b_over_a']}x, b/c {result['throughput_ratio_b_over_c']}x",
+        "requests/s",
+    )
+    width = 0.2
+    for i, (key, label) in enumerate(
+        [("e2e_p50_ms", "end-to-end P50"), ("e2e_p99_ms", "end-to-end P99"),
+         ("service_p50_ms", "service P50"), ("service_p99_ms", "service P99")]
+    ):  # fmt: skip
+        xs = [j + (i - 1.5) * width for j in range(len(modes))]
+        axes[1].bar(xs, [m[key] / 1000 for m in modes.values()], width, label=label)
+    axes[1].set_xticks(range(len(modes)), [f"({k})" for k in modes])
+    axes[1].set_ylabel("seconds")
+    axes[1].set_title("latency", fontsize=10)
+    axes[1].legend(fontsize=7)
+
+
+def wire(result: Result, axes: list[Axes]) -> None:
+    for ax, kind in zip(axes, ("requests", "results"), strict=True):
+        rows = result[kind]
+        width = 0.27
+        for i, key in enumerate(("value_bytes", "encode_us", "decode_us")):
+            xs = [j + (i - 1) * width for j in range(len(rows))]
+            bars = ax.bar(xs, [r[key] for r in rows], width, label=key.replace("_", " "))
+            ax.bar_label(bars, fmt="%.0f", fontsize=7)
+        ax.set_xticks(range(len(rows)), [r["format"] for r in rows])
+        ax.set_yscale("log")
+        ax.set_title(f"{kind}: bytes on the wire, CPU µs per message", fontsize=10)
+        ax.legend(fontsize=7)
+
+
+def adaptive(result: Result, axes: list[Axes]) -> None:
+    for ax, pattern in zip(axes, ("steady", "bursty"), strict=True):
+        rows = [r for r in result["runs"] if r["pattern"] == pattern]
+        xs = range(len(rows))
+        ax.bar([x - 0.2 for x in xs], [r["requests_per_s"] for r in rows], 0.4, label="req/s")
+        twin = ax.twinx()
+        twin.bar([x + 0.2 for x in xs], [r["p99_ms"] for r in rows], 0.4, color="tab:red")
+        twin.set_yscale("log")
+        twin.set_ylabel("P99 latency, ms (red)")
+        ax.set_xticks(list(xs), [r["config"] for r in rows], fontsize=8)
+        ax.set_ylabel("requests/s (blue)")
+        ax.set_title(f"{pattern}, {result['arrival_rate_per_s']} requests/s offered", fontsize=10)
+
+
+def batcher_echo(result: Result, axes: list[Axes]) -> None:
+    labels = ["mean batch size / max_batch_size", "peak in flight / prefetch_count"]
+    values = [
+        result["mean_batch_size"] / result["max_batch_size"],
+        result["peak_in_flight"] / result["prefetch_count"],
+    ]
+    _bars(axes[0], labels, values, f"{result['requests']:,} requests, echo engine", "fraction")
+    _bars(axes[1], ["mean batch fill (tokens)"], [result["mean_batch_fill"]], "", "fraction")
+
+
+def engine_cpu(result: Result, axes: list[Axes]) -> None:
+    rows = result["results"]
+    sizes = [str(r["batch_size"]) for r in rows]
+    axes[0].bar(sizes, [r["tokens_per_s"] for r in rows])
+    axes[0].set_xlabel("static batch size")
+    axes[0].set_ylabel("generated tokens/s")
+    axes[0].set_title(f"{result['model']} on {result['cpus']} CPU cores", fontsize=10)
+    axes[1].bar(sizes, [r["ratio_vs_batch_1"] for r in rows], color="tab:green")
+    axes[1].set_xlabel("static batch size")
+    axes[1].set_ylabel("throughput vs batch 1")
+
+
+CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
+    "overhead": overhead,
+    "realtime": realtime,
+    "wire": wire,
+    "adaptive": adaptive,
+    "batcher_echo": batcher_echo,
+    "engine_cpu": engine_cpu,
+}
+
+
+def main(results: Path = RESULTS) -> list[Path]:
+    """Draw every chart whose result exists; returns the PNG files written."""
+    written = []
+    for name, draw in CHARTS.items():
+        source = results / f"{name}.json"
+        if not source.exists():
+            continue
+        figure = Figure(figsize=(14, 4.5))
+        draw(json.loads(source.read_text()), list(figure.subplots(1, 2)))
+        figure.suptitle(f"bench.{name}", fontsize=12)
+        figure.tight_layout()
+        path = results / f"{name}.png"
+        figure.savefig(path, dpi=110)
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for written in main():
+        print(written)

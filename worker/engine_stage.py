@@ -1,0 +1,138 @@
+"""batch → run: formed batches go to the engine thread; what finishes becomes results.
+
+At most one batch is in the engine at a time. The next one is formed only when the
+engine is free, so under load it takes everything that queued meanwhile (fuller
+batches), while polling and decoding go on in the worker loop. A batch that outlives
+``engine.engine_timeout_s`` fails with 5000 and the worker goes not ready: a hung
+engine thread cannot be stopped from Python, only replaced by restarting the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from batcher import AdaptiveBatchSize, Batch, DynamicBatcher
+from worker.config import Config
+from worker.engines.base import Engine
+from worker.errors import ErrorCode
+from worker.health import Health
+from worker.jobs import Identity, Job, completed
+from worker.metrics import WorkerMetrics
+from worker.outbox import Outbox
+from worker.runner import BatchDone, EngineRunner, Finished
+
+log = logging.getLogger("batchpipe.worker")
+
+
+@dataclass
+class _Running:
+    """The batch in the engine: what it holds and when it went in."""
+
+    runner_id: int
+    batch: Batch[Job]
+    dispatched_at: float
+
+
+class EngineStage:
+    def __init__(
+        self,
+        engine: Engine,
+        batcher: DynamicBatcher[Job],
+        adaptive: AdaptiveBatchSize,
+        outbox: Outbox,
+        metrics: WorkerMetrics,
+        health: Health,
+        identity: Identity,
+        config: Config,
+    ) -> None:
+        self._runner = EngineRunner(engine)
+        self._batcher = batcher
+        self._adaptive = adaptive
+        self._outbox = outbox
+        self._metrics = metrics
+        self._health = health
+        self._identity = identity
+        self._timeout_s = config.engine.engine_timeout_s
+        self._max_batch_tokens = config.batching.max_batch_tokens
+        self._running: _Running | None = None
+        self.wedged = False
+
+    @property
+    def busy(self) -> bool:
+        return self._runner.busy
+
+    def stop(self) -> None:
+        self._runner.stop()
+
+    def dispatch(self, now: float, flush: bool) -> None:
+        """Hand the next due batch to the engine, if the engine is free."""
+        if self.wedged or self._runner.busy:
+            return
+        with self._metrics.stage("batch"):
+            batch = self._batcher.next_batch(now, flush=flush)
+        if batch is None:
+            return
+        runner_id = self._runner.submit([item.payload.engine_input for item in batch.items])
+        self._running = _Running(runner_id, batch, now)
+        log.debug(
+            "batch %d: %d requests, %d tokens, %s",
+            runner_id,
+            batch.size,
+            batch.tokens,
+            batch.reason,
+            extra={"batch_size": batch.size, "batch_tokens": batch.tokens},
+        )
+
+    def collect(self) -> None:
+        """Answer what finished; fail a batch that outlived ``engine_timeout_s``."""
+        running = self._running
+        if running is None:
+            return
+        timeout_s = self._timeout_s
+        for event in self._runner.drain():
+            if isinstance(event, Finished) and event.batch_id == running.runner_id:
+                for item in self._batcher.complete(event.completion.key):
+                    result = completed(
+                        item.payload,
+                        event.completion,
+                        identity=self._identity,
+                        batch_size=running.batch.size,
+                        dispatched_at=running.dispatched_at,
+                        finished_at=event.finished_at,
+                    )
+                    job = item.payload
+                    self._outbox.result(
+                        result, job.source, result.timings.queued_s, job.request.submitted_at
+                    )
+            elif isinstance(event, BatchDone) and event.batch_id == running.runner_id:
+                self._batch_done(running, event)
+        since = self._runner.running_since()
+        if self._running is not None and since is not None and time.monotonic() - since > timeout_s:
+            self._engine_hung(self._running, timeout_s)
+
+    def _batch_done(self, running: _Running, event: BatchDone) -> None:
+        batch = running.batch
+        self._metrics.batch_done(
+            size=batch.size,
+            tokens=batch.tokens,
+            fill_ratio=batch.tokens / self._max_batch_tokens,
+            padding_waste=batch.padding_waste,
+            batch_wait_s=[running.dispatched_at - i.payload.admitted_at for i in batch.items],
+            engine_s=event.engine_s,
+        )
+        for _ in range(event.out_of_memory):
+            self._batcher.max_batch_size = self._adaptive.on_out_of_memory()
+        self._running = None
+
+    def _engine_hung(self, running: _Running, timeout_s: float) -> None:
+        """The engine call outlived ``engine_timeout_s``: fail its requests, stop serving."""
+        self.wedged = True
+        self._running = None
+        reason = f"engine call exceeded engine_timeout_s={timeout_s:g}"
+        self._health.set_model_loaded(False, reason)
+        log.error("%s; failing %d requests and going not ready", reason, running.batch.size)
+        for item in running.batch.items:
+            for answered in self._batcher.complete(item.key):
+                self._outbox.failure(answered.payload, ErrorCode.ENGINE_FAILED, reason)

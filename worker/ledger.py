@@ -1,0 +1,49 @@
+"""The records a worker holds: consumed, not yet answered.
+
+Each consumed record is opened once and closed once, when its answer counts as given;
+only then may its offset be committed (:class:`batcher.OffsetTracker`), and only then
+does it free its ``prefetch_count`` slot (:class:`batcher.Admission`). Records of a
+partition that moved to another worker are forgotten: their new owner answers them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection
+
+from batcher import Admission, OffsetTracker, Partition
+from worker.jobs import Source
+
+
+class Ledger:
+    def __init__(self, prefetch_count: int) -> None:
+        self.admission = Admission(prefetch_count)
+        self.tracker = OffsetTracker()
+        self._open: defaultdict[Partition, set[int]] = defaultdict(set)
+
+    def __len__(self) -> int:
+        return self.admission.inflight
+
+    def open(self, source: Source) -> None:
+        """A record was consumed: it holds a slot until it is answered or forgotten."""
+        partition = (source.topic, source.partition)
+        self.tracker.add(partition, source.offset)
+        self.admission.acquire()
+        self._open[partition].add(source.offset)
+
+    def close(self, source: Source) -> bool:
+        """Its answer counts as given; False if the record was forgotten meanwhile."""
+        partition = (source.topic, source.partition)
+        offsets = self._open.get(partition)
+        if offsets is None or source.offset not in offsets:
+            return False
+        offsets.discard(source.offset)
+        self.tracker.done(partition, source.offset)
+        self.admission.release()
+        return True
+
+    def forget(self, partitions: Collection[Partition]) -> None:
+        """The partitions went to another worker (or back to their committed offsets)."""
+        for partition in partitions:
+            self.admission.release(len(self._open.pop(partition, ())))
+        self.tracker.forget(partitions)
