@@ -29,7 +29,7 @@ lint: venv
 	$(BIN)/ruff format --check $(PY_DIRS)
 
 typecheck: venv
-	$(BIN)/mypy batcher worker batchpipe
+	$(BIN)/mypy batcher worker batchpipe tests bench proto/generate.py
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit

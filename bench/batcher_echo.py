@@ -1,14 +1,17 @@
 """Batch formation on a real broker: 2,000 requests through the worker with the echo engine.
 
 Reports the mean batch size and mean batch fill (tokens / ``max_batch_tokens``) reached,
-and the peak number of requests in flight against ``prefetch_count``.
+the peak number of requests in flight against ``prefetch_count``, and the process's
+resident memory sampled while the topic still holds the backlog (flat = backpressure).
 
     .venv/bin/python -m bench.batcher_echo
 """
 
 from __future__ import annotations
 
+import os
 import random
+import threading
 import time
 
 from bench.common import fresh_config, worker_thread, write_result
@@ -56,9 +59,21 @@ def main() -> None:
         # a per-token delay makes the engine the bottleneck, as a real model is
         engine = EchoEngine(delay_per_batch_s=0.005, delay_per_token_s=0.00001)
         started = time.monotonic()
+        rss: list[float] = []
+        done = threading.Event()
+
+        def sample() -> None:
+            page = os.sysconf("SC_PAGE_SIZE")
+            while not done.wait(0.25):
+                with open("/proc/self/statm") as statm:
+                    rss.append(int(statm.read().split()[1]) * page / 2**20)
+
+        sampler = threading.Thread(target=sample, daemon=True)
         with worker_thread(config, engine) as worker:
+            sampler.start()
             read_results(config, N, timeout_s=600)
             elapsed = time.monotonic() - started
+            done.set()
             snap = worker.metrics.snapshot()
             peak = worker.admission.peak
     figures = {
@@ -71,6 +86,8 @@ def main() -> None:
         "mean_batch_fill": round(snap.mean_fill_ratio, 3),
         "peak_in_flight": peak,
         "seconds": round(elapsed, 2),
+        # resident MiB over the run, after the first fifth (imports, client buffers warm up)
+        "rss_mib_min_max": [round(min(rss[len(rss) // 5 :]), 1), round(max(rss), 1)],
     }
     path = write_result("batcher_echo", figures)
     print(path, figures)

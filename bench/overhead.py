@@ -262,25 +262,22 @@ def _stage_figures(worker: Worker, window: Window) -> dict[str, Any]:
     }
 
 
-# the loop's steps (worker/service.py), and the metrics snapshot that every step takes
-_LOOP_PARTS = (
-    ("service.py", "_poll"), ("service.py", "_decode_admit"), ("service.py", "_collect"),
-    ("service.py", "_dispatch"), ("service.py", "_publish_and_commit"),
-    ("service.py", "_adapt"), ("service.py", "_flow"), ("service.py", "_expire"),
-    ("metrics.py", "snapshot"),
-)  # fmt: skip
-
-
 def _profile_shares(profile: cProfile.Profile) -> dict[str, float]:
-    """Each loop part's share of the loop's time (``Worker._step``), under cProfile."""
-    cumulative: dict[str, float] = {}
-    stats: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    """What ``Worker._step`` calls directly, each as a share of the step's time (cProfile).
+
+    Read from the callers recorded by the profiler, so it follows the loop as it is
+    written, whatever its parts are called.
+    """
+    stats: dict[Any, tuple[Any, ...]] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    step = [k for k in stats if k[2] == "_step" and k[0].endswith("worker/service.py")]
+    total = sum(stats[k][3] for k in step)
+    shares: dict[str, float] = {}
     for (path, _, function), row in stats.items():
-        for module, name in (*_LOOP_PARTS, ("service.py", "_step")):
-            if function == name and path.endswith(f"worker/{module}"):
-                cumulative[name] = cumulative.get(name, 0.0) + row[3]
-    step = cumulative.pop("_step")
-    return {name: round(seconds / step, 3) for name, seconds in cumulative.items()}
+        from_step = sum(row[4][k][3] for k in step if k in row[4])
+        if from_step:
+            name = f"{Path(path).stem}.{function}" if path.startswith("/") else function
+            shares[name] = shares.get(name, 0.0) + from_step / total
+    return {k: round(v, 3) for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v >= 0.001}
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """``make bench``: every benchmark, each in a process of its own, then one chart per result.
 
 A process per benchmark keeps them from disturbing one another (torch threads, a loaded
-model, a broker left behind). A failing benchmark is reported and the rest still run; the
-exit code is non-zero if any failed. Durations go to ``bench/results/run_all.json``.
+model, a broker left behind); the charts (:mod:`bench.plot`) are drawn last, in one more.
+A failing benchmark is reported and the rest still run; the exit code is non-zero if any
+failed. Durations go to ``bench/results/run_all.json``.
 
     .venv/bin/python -m bench.run_all [--only overhead,wire]
 """
@@ -16,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import plot
 from bench.common import write_result
 
 BENCH = Path(__file__).resolve().parent
@@ -47,9 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== bench.{name}: exit {code} after {runs[-1]['seconds']} s", flush=True)
     total = round(time.monotonic() - started, 1)
     write_result("run_all", {"benchmarks": runs, "total_seconds": total})
-    for path in plot.main():
-        print(f"chart {path}")
-    failed = [r["name"] for r in runs if r["exit_code"] != 0]
+    charts = subprocess.run([sys.executable, "-m", "bench.plot"], cwd=BENCH.parent).returncode
+    failed = [r["name"] for r in runs if r["exit_code"] != 0] + (["plot"] if charts else [])
     print(f"== {len(runs)} benchmarks in {total} s" + (f"; failed: {failed}" if failed else ""))
     return 1 if failed else 0
 

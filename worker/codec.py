@@ -12,7 +12,7 @@ decompression is bounded (:mod:`worker.compression`). Every failure is a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -47,7 +47,9 @@ JSON_CONTENT_TYPE = "application/json"
 ZSTD_ENCODING = "zstd"
 PROTOBUF_MEDIA_TYPES = frozenset({"application/x-protobuf", "application/protobuf"})
 
-Headers = Sequence[tuple[str, "bytes | str | None"]]
+HeaderValue = bytes | str | None
+#: Kafka record headers as confluent-kafka gives them: a list of pairs (a dict when produced)
+Headers = Sequence[tuple[str, HeaderValue]] | Mapping[str, HeaderValue]
 
 _STATUS: dict[Status, pb.Status] = {"completed": pb.STATUS_COMPLETED, "failed": pb.STATUS_FAILED}
 _FINISH: dict[FinishReason, pb.FinishReason] = {
@@ -78,7 +80,8 @@ def _malformed(message: str, custom_id: str | None = None) -> RequestError:
 def _header(headers: Headers | None, name: str) -> str | None:
     """The last value of header ``name`` (matched case-insensitively), as text."""
     found: str | None = None
-    for key, value in headers or ():
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    for key, value in pairs:
         if key.lower() == name and value is not None:
             found = value if isinstance(value, str) else value.decode("utf-8", "replace")
     return found

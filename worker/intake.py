@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from batcher import Pending, prefix_key_of
@@ -71,7 +71,7 @@ class Intake:
         except RequestError as exc:
             custom_id = exc.custom_id or (request.custom_id if request else None)
             if not custom_id:
-                return DeadLetter(source, value, tuple(headers or ()), exc.code, exc.message)
+                return DeadLetter(source, value, _pairs(headers), exc.code, exc.message)
             result = failed(
                 custom_id, exc.code, exc.message, identity=self._identity, request=request
             )
@@ -159,3 +159,9 @@ def _dedup_key(token_ids: Sequence[int], sampling: SamplingParams) -> bytes | No
     digest.update(b"".join(t.to_bytes(4, "little", signed=True) for t in token_ids))
     digest.update(repr(sampling).encode())
     return digest.digest()
+
+
+def _pairs(headers: Headers | None) -> tuple[tuple[str, bytes | str | None], ...]:
+    if isinstance(headers, Mapping):
+        return tuple(headers.items())
+    return tuple(headers or ())

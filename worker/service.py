@@ -262,9 +262,7 @@ class Worker:
         )
         self.ledger.open(source)
         with self.metrics.stage("decode"):
-            headers = message.headers()  # a list on consumed records (a dict only when producing)
-            assert not isinstance(headers, dict)
-            outcome = self.intake.take(source, message.value(), headers, now)
+            outcome = self.intake.take(source, message.value(), message.headers(), now)
         if isinstance(outcome, Pending):
             if self.batcher.add(outcome, now):
                 self.metrics.dedup_hit()

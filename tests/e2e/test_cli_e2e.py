@@ -106,7 +106,7 @@ def test_echo_batch_round_trip_through_the_cli(tmp_path: Path, broker: str) -> N
     config = write_config(tmp_path, broker, {"kind": "echo", "model": "echo"})
     lines, worker_exit = submit_and_collect(tmp_path, config, echo_examples(tmp_path))
     want = expected()
-    assert sorted(line["custom_id"] for line in lines) == sorted(want)
+    assert sorted(str(line["custom_id"]) for line in lines) == sorted(want)
     for line in lines:
         assert line["error"] is None
         assert line["metadata"] == want[str(line["custom_id"])]
@@ -117,7 +117,7 @@ def test_echo_batch_round_trip_through_the_cli(tmp_path: Path, broker: str) -> N
 def test_real_model_answers_the_example_batch(tmp_path: Path, broker: str) -> None:
     config = write_config(tmp_path, broker, {"kind": "hf", "model": "smollm2-135m-instruct"})
     lines, worker_exit = submit_and_collect(tmp_path, config)
-    assert sorted(line["custom_id"] for line in lines) == sorted(expected())
+    assert sorted(str(line["custom_id"]) for line in lines) == sorted(expected())
     for line in lines:
         body = line["response"]["body"]  # type: ignore[index]
         assert body["choices"][0]["message"]["content"].strip()

@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -41,16 +41,18 @@ def isolated_config(bootstrap: str, prefix: str = "test") -> Config:
     return replace(config, kafka=kafka)
 
 
-def publish_raw(
-    config: Config, records: Iterable[tuple[bytes | None, list[tuple[str, bytes]] | None]]
-) -> int:
+Record = tuple[bytes | None, Sequence[tuple[str, bytes]] | None]
+
+
+def publish_raw(config: Config, records: Iterable[Record]) -> int:
     """Publish raw (value, headers) records to the requests topic; returns the count."""
     k = config.kafka
     clients.ensure_topics(k, [k.requests_topic, k.results_topic, k.dead_letter_topic])
     producer = clients.producer(k)
     count = 0
     for value, headers in records:
-        producer.produce(k.requests_topic, value=value, headers=headers)
+        pairs: list[tuple[str, bytes | str | None]] | None = None if headers is None else [*headers]
+        producer.produce(k.requests_topic, value=value, headers=pairs)
         producer.poll(0)
         count += 1
     assert producer.flush(30) == 0

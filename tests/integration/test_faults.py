@@ -60,7 +60,7 @@ def batch(n: int, batch_id: str = "faults") -> list[InferenceRequest]:
 
 def collect_lines(config: Config, batch_id: str, tmp_path: Path) -> list[dict[str, object]]:
     out, errors = tmp_path / "out.jsonl", tmp_path / "errors.jsonl"
-    Client(config).collect(batch_id, out, errors, timeout_s=120, progress=False)
+    Client(config).collect(batch_id, out, errors, timeout_s=120)
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
