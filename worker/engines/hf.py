@@ -239,7 +239,7 @@ class HFEngine(Engine):
         batch = len(prompts)
         head = prefix.ids.expand(batch, -1)
         input_ids = torch.cat([head, staged.input_ids], dim=1)
-        attention_mask = torch.ones_like(torch.cat([head, staged.input_ids], dim=1))
+        attention_mask = torch.cat([torch.ones_like(head), staged.attention_mask], dim=1)
         return input_ids, attention_mask, prefix.expand(batch, self._model.config)
 
     def utilization(self) -> float:
