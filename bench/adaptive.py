@@ -106,6 +106,7 @@ def run(broker: str, pattern: str, name: str, size: int, adaptive: bool, n: int)
         final_size = worker.batcher.max_batch_size
     reader.close()
     arrived = {i: reader.arrived[i][0] for i in submitted}
+    timings = [reader.arrived[i][1].timings for i in submitted]
     latencies = [arrived[i] - submitted[i] for i in submitted]
     seconds = max(arrived.values()) - min(submitted.values())
     row = {
@@ -115,6 +116,9 @@ def run(broker: str, pattern: str, name: str, size: int, adaptive: bool, n: int)
         "requests_per_s": round(n / seconds, 1),
         "p50_ms": round(percentile(latencies, 50) * 1000, 1),
         "p99_ms": round(percentile(latencies, 99) * 1000, 1),
+        "mean_queued_ms": round(sum(t.queued_s for t in timings) / n * 1000, 1),
+        "mean_batch_wait_ms": round(sum(t.batch_wait_s for t in timings) / n * 1000, 1),
+        "mean_engine_ms": round(sum(t.engine_s for t in timings) / n * 1000, 1),
         "mean_batch_size": round(snap.mean_batch_size, 1),
         "final_max_batch_size": final_size,
     }

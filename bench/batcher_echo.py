@@ -49,45 +49,58 @@ def requests(rng: random.Random) -> list[InferenceRequest]:
     ]
 
 
-def main() -> None:
-    rng = random.Random(7)
-    with EmbeddedBroker() as broker:
-        config = fresh_config(
-            broker.bootstrap, prefetch_count=64, max_batch_size=32, max_batch_tokens=8192
-        )
-        publish(config, requests(rng))
-        # a per-token delay makes the engine the bottleneck, as a real model is
-        engine = EchoEngine(delay_per_batch_s=0.005, delay_per_token_s=0.00001)
-        started = time.monotonic()
-        rss: list[float] = []
-        done = threading.Event()
+def run(broker: EmbeddedBroker, adaptive: bool) -> dict[str, object]:
+    """One 2,000-request run; the same seeded workload for every configuration."""
+    config = fresh_config(
+        broker.bootstrap,
+        prefetch_count=64,
+        max_batch_size=32,
+        max_batch_tokens=8192,
+        adaptive=adaptive,
+    )
+    publish(config, requests(random.Random(7)))
+    # per-batch and per-token delays make batching pay off, as it does on a real model
+    engine = EchoEngine(delay_per_batch_s=0.005, delay_per_token_s=0.00001)
+    started = time.monotonic()
+    rss: list[float] = []
+    done = threading.Event()
 
-        def sample() -> None:
-            page = os.sysconf("SC_PAGE_SIZE")
-            while not done.wait(0.25):
-                with open("/proc/self/statm") as statm:
-                    rss.append(int(statm.read().split()[1]) * page / 2**20)
+    def sample() -> None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        while not done.wait(0.25):
+            with open("/proc/self/statm") as statm:
+                rss.append(int(statm.read().split()[1]) * page / 2**20)
 
-        sampler = threading.Thread(target=sample, daemon=True)
-        with worker_thread(config, engine) as worker:
-            sampler.start()
-            read_results(config, N, timeout_s=600)
-            elapsed = time.monotonic() - started
-            done.set()
-            snap = worker.metrics.snapshot()
-            peak = worker.admission.peak
-    figures = {
-        "requests": N,
-        "prefetch_count": config.batching.prefetch_count,
-        "max_batch_size": config.batching.max_batch_size,
-        "max_batch_tokens": config.batching.max_batch_tokens,
+    sampler = threading.Thread(target=sample, daemon=True)
+    with worker_thread(config, engine) as worker:
+        sampler.start()
+        read_results(config, N, timeout_s=600)
+        elapsed = time.monotonic() - started
+        done.set()
+        snap = worker.metrics.snapshot()
+        peak = worker.admission.peak
+    return {
+        "adaptive": adaptive,
         "batches": snap.batches,
         "mean_batch_size": round(snap.mean_batch_size, 2),
         "mean_batch_fill": round(snap.mean_fill_ratio, 3),
         "peak_in_flight": peak,
-        "seconds": round(elapsed, 2),
+        "requests_per_s": round(N / elapsed, 1),
         # resident MiB over the run, after the first fifth (imports, client buffers warm up)
         "rss_mib_min_max": [round(min(rss[len(rss) // 5 :]), 1), round(max(rss), 1)],
+    }
+
+
+def main() -> None:
+    with EmbeddedBroker() as broker:
+        runs = [run(broker, adaptive=False), run(broker, adaptive=True)]
+    figures = {
+        "requests": N,
+        "prefetch_count": 64,
+        "max_batch_size": 32,
+        "max_batch_tokens": 8192,
+        "engine": "echo, 5 ms per batch + 10 us per token",
+        "runs": runs,
     }
     path = write_result("batcher_echo", figures)
     print(path, figures)

@@ -146,6 +146,10 @@ CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
 }
 
 
+# benchmarks that draw their own chart
+OWN_CHARTS = ("formation",)
+
+
 def main(results: Path = RESULTS) -> list[Path]:
     """Draw every chart whose result exists; returns the PNG files written."""
     written = []

@@ -21,11 +21,19 @@ from bench.common import write_result
 
 BENCH = Path(__file__).resolve().parent
 # overhead before wire: wire quotes the worker's stage shares that overhead measured
-BENCHMARKS = ("batcher_echo", "engine_cpu", "overhead", "wire", "realtime", "adaptive")
+BENCHMARKS = (
+    "batcher_echo",
+    "formation",
+    "engine_cpu",
+    "overhead",
+    "wire",
+    "realtime",
+    "adaptive",
+)
 
 
 def available() -> list[str]:
-    """The benchmarks whose module is present (engine_cpu belongs to the hf engine's work)."""
+    """The benchmarks whose module is present in this checkout."""
     return [name for name in BENCHMARKS if (BENCH / f"{name}.py").exists()]
 
 

@@ -300,7 +300,8 @@ class Worker:
         utilization = min(1.0, max(0.0, self.engine.utilization()))  # over the whole interval
         self.metrics.set_utilization(utilization)
         if self.config.batching.adaptive and len(self.batcher):
-            self.batcher.max_batch_size = self.adaptive.observe(utilization, now)
+            queued = len(self.batcher)
+            self.batcher.max_batch_size = self.adaptive.observe(utilization, now, queued)
         self.metrics.set_adaptive_size(self.batcher.max_batch_size)
 
     def _flow(self) -> None:

@@ -23,6 +23,12 @@ def test_shrinks_by_twenty_percent_rounded_down_to_one() -> None:
     assert sizes == [25, 20, 16, 12, 9, 7, 5, 4, 3, 2, 1, 1]
 
 
+def test_low_utilisation_with_a_backlog_does_not_shrink() -> None:
+    a = AdaptiveBatchSize(initial=16, hardware_max=64, interval_s=0.0)
+    assert [a.observe(0.1, float(t), queued=40) for t in range(3)] == [16, 16, 16]
+    assert a.observe(0.1, 3.0, queued=15) == 12  # fewer waiting than a batch: shrink
+
+
 def test_holds_between_the_thresholds_and_at_them() -> None:
     a = AdaptiveBatchSize(initial=10, hardware_max=64, interval_s=0.0)
     assert [a.observe(u, float(t)) for t, u in enumerate([0.5, 0.65, 0.8])] == [10, 10, 10]

@@ -117,10 +117,63 @@ def test_repetition_penalty_batches_run_in_full() -> None:
     assert on.prefixes is not None and (on.prefixes.misses, on.prefixes.hits) == (0, 0)
 
 
+def test_rows_outside_the_group_share_the_batch_and_keep_their_text() -> None:
+    on, off = engines()
+    inputs = [
+        *batch([1, 30, 6], seed=3),
+        request("one-token", (40,)),  # region A all padding
+        request("short", tokens(20, 7)),  # shorter than the prefix
+        request("long", tokens(120, 8), max_tokens=20),  # the longest row is not in the group
+        request("near", SYSTEM[:40] + tokens(40, 9)),  # first block shared, not 64 tokens
+    ]
+    assert run(on, inputs) == run(off, inputs)
+    assert on.prefixes is not None and on.prefixes.misses == 1
+
+
+def test_the_layout_gives_every_row_the_logits_it_has_alone() -> None:
+    model, _ = tiny_llama(VOCAB)
+    cache = PrefixCache(model)
+    prompts = [(*SYSTEM, *tokens(9, 1)), (*SYSTEM, 5), tokens(20, 2), tokens(90, 3), (7,)]
+    plan = cache.plan(prompts)
+    assert plan is not None and plan.others == (2, 3, 4)
+
+    def stage(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([[1] * (width - len(r)) + list(r) for r in rows])
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        return ids, mask
+
+    ids, mask, kv = cache.inputs(plan, prompts, stage, pad=1)
+    assert ids.shape == (5, 90) and kv.get_seq_length() == 64  # as wide as the longest
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.inference_mode():
+        out = model(
+            input_ids=ids[:, 64:],
+            attention_mask=mask,
+            position_ids=positions[:, 64:],
+            cache=kv,
+        ).logits[:, -1]
+        for i, prompt in enumerate(prompts):
+            alone = model(input_ids=torch.tensor([prompt])).logits[0, -1]
+            torch.testing.assert_close(out[i], alone, rtol=1e-4, atol=1e-5)
+
+
+def test_the_group_saving_the_most_positions_is_served() -> None:
+    model, _ = tiny_llama(VOCAB)
+    cache = PrefixCache(model)
+    other = tokens(100, 11)
+    prompts = [(*SYSTEM, 1), (*SYSTEM, 2), (*other, 1), (*other, 2), tokens(50, 3)]
+    plan = cache.plan(prompts)
+    assert plan is not None
+    assert (plan.entry.tokens, plan.group, plan.others) == (other[:96], (2, 3), (0, 1, 4))
+    assert plan.saved_positions == 2 * 96
+    assert cache.plan([tokens(40, 1), tokens(40, 2)]) is None  # nothing shared
+
+
 def test_a_single_request_uses_a_cached_prefix_but_never_computes_one() -> None:
     on, off = engines()
     assert on.prefixes is not None
-    alone = [request("a", SYSTEM + tokens(7, 9), 10)]
+    alone = [request("a", (*SYSTEM, *tokens(7, 9)), 10)]
     assert run(on, alone) == run(off, alone)
     assert (on.prefixes.misses, on.prefixes.hits, len(on.prefixes)) == (0, 0, 0)
     run(on, batch([3, 4], seed=2))
@@ -139,11 +192,11 @@ def test_generation_never_writes_to_a_cached_prefix() -> None:
     on, _ = engines()
     assert on.prefixes is not None
     run(on, batch([4, 6], seed=1))
-    entry = on.prefixes.for_batch([(*SYSTEM, 1), (*SYSTEM, 2)])
-    assert entry is not None and entry.length == 64 and entry.tokens == SYSTEM[:64]
-    before = [(k.clone(), v.clone()) for k, v in entry.layers]
-    run(on, batch([8, 1, 5], seed=9))
-    for (k, v), (k0, v0) in zip(entry.layers, before, strict=True):
+    plan = on.prefixes.plan([(*SYSTEM, 1), (*SYSTEM, 2)])
+    assert plan is not None and plan.entry.tokens == SYSTEM[:64]
+    before = [(k.clone(), v.clone()) for k, v in plan.entry.layers]
+    run(on, [*batch([8, 1, 5], seed=9), request("x", tokens(30, 4))])
+    for (k, v), (k0, v0) in zip(plan.entry.layers, before, strict=True):
         assert k.shape[0] == 1 and torch.equal(k, k0) and torch.equal(v, v0)
 
 
@@ -152,10 +205,11 @@ def test_the_lru_keeps_the_most_recent_prefixes() -> None:
     cache = PrefixCache(model, capacity=2)
     a, b, c = (tokens(40, seed) for seed in (1, 2, 3))
     for head in (a, b, a, c):  # a is used again before c arrives: b is the oldest
-        cache.for_batch([(*head, 1), (*head, 2)])
+        cache.plan([(*head, 1), (*head, 2)])
     assert (cache.misses, cache.hits, len(cache)) == (3, 1, 2)
-    assert cache.for_batch([(*a, 5), (*a, 6)], compute=False) is not None
-    assert cache.for_batch([(*b, 5), (*b, 6)], compute=False) is None
+    assert cache.plan([(*a, 5)]) is not None  # a lone row finds a cached prefix...
+    assert cache.plan([(*b, 5)]) is None  # ...but does not compute an evicted one
+    assert (cache.misses, cache.hits) == (3, 2)
     with pytest.raises(ValueError):
         PrefixCache(model, capacity=0)
 
@@ -180,23 +234,22 @@ def test_smollm2_gives_the_same_text_with_and_without_the_prefix_cache(
         "Do you run reading groups for children in the summer holidays? How do I sign up?",
         "Can I print documents here?",
     )
+    chats = [(ChatMessage("system", system), ChatMessage("user", text)) for text in users]
+    # and two rows outside the group: the model's default system prompt, short and long
+    chats += [(ChatMessage("user", "Name three colours."),), (ChatMessage("user", system),)]
     inputs = [
         EngineInput(
             str(i),
-            on.encode(
-                InferenceRequest(
-                    custom_id=str(i),
-                    messages=(ChatMessage("system", system), ChatMessage("user", text)),
-                )
-            ),
+            on.encode(InferenceRequest(custom_id=str(i), messages=chat)),
             SamplingParams(max_tokens=24 + 4 * i, temperature=0.0),
         )
-        for i, text in enumerate(users)
+        for i, chat in enumerate(chats)
     ]
-    shared = cacheable_prefix_length([i.prompt_token_ids for i in inputs])
+    shared = cacheable_prefix_length([i.prompt_token_ids for i in inputs[: len(users)]])
     assert shared >= 64, shared
     assert on.prefixes is not None
-    used = on.prefixes.hits + on.prefixes.misses
+    plan = on.prefixes.plan([i.prompt_token_ids for i in inputs])
+    assert plan is not None and plan.group == tuple(range(len(users)))
+    assert plan.entry.length == shared
     with_cache = run(on, inputs)
-    assert on.prefixes.hits + on.prefixes.misses == used + 1
     assert with_cache == run(off, inputs)

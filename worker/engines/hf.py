@@ -5,12 +5,11 @@ derives position ids from the mask, so padding does not shift a row's positions)
 per-row sampling and stopping (:mod:`worker.engines.hf_sampling`) so requests with
 different settings share the batch. Each request completes as soon as its row ends.
 
-With ``batching.shared_prefix``, a prompt prefix shared by every row of a batch (at least
-one 32-token block) is computed once and kept in a small LRU
-(:mod:`worker.engines.prefix_cache`); the rows then run only their suffixes. A batch with
-a ``repetition_penalty`` row runs in full: the penalty reads the prompt as one contiguous
-left-padded span, which the prefix layout (pads between prefix and suffix) is not. A single
-request uses a cached prefix but does not compute a new one (nothing would share it).
+With ``batching.shared_prefix``, a prompt prefix (whole 32-token blocks) that several rows
+of a batch share is computed once and kept in a small LRU, and those rows run from its KV
+cache (:mod:`worker.engines.prefix_cache`). A batch with a ``repetition_penalty`` row runs
+in full: the penalty reads each prompt as one contiguous left-padded span, which the prefix
+layout (pads between the cached region and the rest) is not.
 
 Token ids are laid out in the reusable buffers of
 :class:`~worker.engines.pinned.PinnedBufferPool`; on CUDA those are pinned (when
@@ -226,21 +225,22 @@ class HFEngine(Engine):
     ) -> tuple[torch.Tensor, torch.Tensor, DynamicCache | None]:
         """Input ids, attention mask and starting KV cache of one ``generate`` call.
 
-        Without a shared prefix: every prompt left-padded, no cache. With one: the prefix
-        (served from the cache) in front of every row, then each row's suffix left-padded.
+        Without a shared prefix: every prompt left-padded, no cache. With one: see
+        :class:`~worker.engines.prefix_cache.PrefixCache` ``inputs``.
         """
-        prefix = None
-        if self._prefixes is not None and not any(row.repetition_penalty for row in rows):
-            prefix = self._prefixes.for_batch(prompts, compute=len(prompts) > 1)
-        if prefix is None:
+        prefixes = self._prefixes
+        plan = None
+        if prefixes is not None and not any(row.repetition_penalty for row in rows):
+            plan = prefixes.plan(prompts)
+        if prefixes is None or plan is None:
             staged = pool.stage(prompts, self._pad)
             return staged.input_ids, staged.attention_mask, None
-        staged = pool.stage([p[prefix.length :] for p in prompts], self._pad)
-        batch = len(prompts)
-        head = prefix.ids.expand(batch, -1)
-        input_ids = torch.cat([head, staged.input_ids], dim=1)
-        attention_mask = torch.cat([torch.ones_like(head), staged.attention_mask], dim=1)
-        return input_ids, attention_mask, prefix.expand(batch, self._model.config)
+
+        def stage(part: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+            staged = pool.stage(part, self._pad)
+            return staged.input_ids, staged.attention_mask
+
+        return prefixes.inputs(plan, prompts, stage, self._pad)
 
     def utilization(self) -> float:
         busy = self._meter.fraction()

@@ -1,30 +1,32 @@
-"""Shared-prefix KV cache for the hf engine: a prompt prefix common to a whole batch is
-run through the model once, not once per row, and stays cached for the next batches.
+"""Shared-prefix KV cache for the hf engine: a prompt prefix that several rows of a batch
+share is run through the model once, not once per row, and stays cached for later batches.
 
-When every prompt of a batch starts with the same ``P`` tokens (a system prompt, a few-shot
-preamble), their keys and values for those positions are identical in every row. The
-engine then runs only the rows' suffixes, with the prefix's KV cache expanded over the
-batch dimension. Layout of each row, ``P`` prefix tokens first and each suffix right-aligned
-after its pads::
+Rows that start with the same ``P`` tokens (a system prompt, a few-shot preamble) have
+identical keys and values at those positions. The batch runs as one ``generate`` call
+over two regions, the first served as a ready KV cache::
 
-    [ prefix (P) | pad … pad | suffix_i ]      attention mask [1…1 | 0…0 | 1…1]
+    group row:  [ shared prefix (P, cached)  | pad … pad | rest of the prompt ]
+    other row:  [ pad … | its first ≤P tokens | pad … pad | rest of the prompt ]
+                 region A: KV cache, width P   region B: prefilled by generate
 
-transformers derives position ids from the attention mask (cumulative sum), so the
-suffix continues at position ``P`` whatever padding sits between: each row sees exactly
-the sequence it would see alone, and greedy output does not change (tested on the tiny
-model and on SmolLM2).
+Group rows take region A from the LRU (computed once for the prefix); the other rows' own
+region A is computed by one extra forward pass over just those rows. Every pad is masked,
+and transformers derives position ids from the attention mask (cumulative sum), so each
+row sees exactly the positions and tokens it would see alone: greedy output is unchanged
+(tested on the tiny model and on SmolLM2). Regions A and B together are exactly as wide as
+the longest prompt, so no row attends over more positions than in a plain left-padded
+batch, and prefill runs ``group size × P`` fewer positions (``P`` more on a cache miss).
 
 ``P`` is block-aligned (:data:`batcher.formation.PREFIX_BLOCK_TOKENS`, the block the
-batcher groups requests by), so batches that share a system prompt but differ just after
-it still ask for the same prefix and hit the cache; and it always leaves at least one token
-of every prompt to run, since generation starts from the last prompt token's logits.
-A small LRU keeps the most recent prefixes, keyed by their token ids.
+batcher groups requests by), so batches that share a system prompt but differ right after
+it ask for the same prefix and hit the cache; and it leaves at least one token of every
+group row to region B, since generation starts from the last prompt token's logits.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,12 @@ import torch
 from transformers import DynamicCache
 
 from batcher.formation import PREFIX_BLOCK_TOKENS
+
+Stage = Callable[[Sequence[Sequence[int]]], tuple[torch.Tensor, torch.Tensor]]
+"""Left-pads rows of token ids into ``(input_ids, attention_mask)`` on the model's device.
+
+Called at most twice per batch, and both results are used together: the engine's staging
+pool has two slots, so neither overwrites the other."""
 
 
 def common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
@@ -73,17 +81,18 @@ class PrefixKV:
     def length(self) -> int:
         return len(self.tokens)
 
-    def expand(self, batch: int, config: Any) -> DynamicCache:
-        """A fresh cache holding this prefix for ``batch`` rows; ``generate`` may grow it.
 
-        DynamicCache appends by concatenation, which allocates: the stored tensors behind
-        the expanded views are never written to.
-        """
-        data = [
-            (key.expand(batch, -1, -1, -1), value.expand(batch, -1, -1, -1))
-            for key, value in self.layers
-        ]
-        return DynamicCache(ddp_cache_data=data, config=config)
+@dataclass(frozen=True)
+class PrefixPlan:
+    """Rows ``group`` (indices into the batch) start with ``entry.tokens``; ``others`` do not."""
+
+    entry: PrefixKV
+    group: tuple[int, ...]
+    others: tuple[int, ...]
+
+    @property
+    def saved_positions(self) -> int:
+        return len(self.group) * self.entry.length
 
 
 class PrefixCache:
@@ -107,33 +116,99 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def for_batch(self, prompts: Sequence[Sequence[int]], compute: bool = True) -> PrefixKV | None:
-        """The cached prefix to run ``prompts`` from, or None when they share less than a
-        block. A prefix not in the cache is computed and kept only when ``compute``."""
-        length = cacheable_prefix_length(prompts, self.block_tokens)
-        if length == 0:
-            return None
-        tokens = tuple(prompts[0][:length])
-        entry = self._entries.get(tokens)
-        if entry is not None:
-            self._entries.move_to_end(tokens)
-            self.hits += 1
-            return entry
-        if not compute:
-            return None
-        self.misses += 1
-        entry = self._compute(tokens)
-        self._entries[tokens] = entry
-        while len(self._entries) > self._capacity:
-            self._entries.popitem(last=False)
-        return entry
-
     def clear(self) -> None:
         self._entries.clear()
 
+    def plan(self, prompts: Sequence[Sequence[int]]) -> PrefixPlan | None:
+        """The rows to serve from one cached prefix, or None when no prefix is worth it.
+
+        Rows are grouped by their first block; the group saving the most positions wins.
+        A group of two or more computes its prefix on a miss; a lone row only uses a prefix
+        already cached (computing it would save nothing).
+        """
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, prompt in enumerate(prompts):
+            if len(prompt) > self.block_tokens:
+                groups.setdefault(tuple(prompt[: self.block_tokens]), []).append(i)
+        best: tuple[list[int], tuple[int, ...], PrefixKV | None] | None = None
+        for rows in groups.values():
+            length = cacheable_prefix_length([prompts[i] for i in rows], self.block_tokens)
+            tokens = tuple(prompts[rows[0]][:length])
+            entry = self._entries.get(tokens)
+            if entry is None and len(rows) == 1:
+                entry = self._longest_cached(tokens)
+                if entry is None:
+                    continue
+                tokens = entry.tokens
+            if best is None or len(rows) * len(tokens) > len(best[0]) * len(best[1]):
+                best = (rows, tokens, entry)
+        if best is None:
+            return None
+        rows, tokens, entry = best
+        if entry is None:
+            self.misses += 1
+            entry = self._compute(tokens)
+            self._entries[tokens] = entry
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+        else:
+            self.hits += 1
+            self._entries.move_to_end(tokens)
+        group = set(rows)
+        others = tuple(i for i in range(len(prompts)) if i not in group)
+        return PrefixPlan(entry, tuple(rows), others)
+
+    def inputs(
+        self, plan: PrefixPlan, prompts: Sequence[Sequence[int]], stage: Stage, pad: int
+    ) -> tuple[torch.Tensor, torch.Tensor, DynamicCache]:
+        """``generate``'s input ids, attention mask and starting cache for ``plan``."""
+        entry, batch = plan.entry, len(prompts)
+        width = entry.length
+        group = set(plan.group)
+        # a group row's region A is the prefix; another row's is as much of it as fits
+        cut = [width if i in group else min(width, len(p) - 1) for i, p in enumerate(prompts)]
+        heads = [p[:n] for p, n in zip(prompts, cut, strict=True)]
+        tail_ids, tail_mask = stage([p[n:] for p, n in zip(prompts, cut, strict=True)])
+        head_ids = entry.ids.expand(batch, -1)
+        head_mask = torch.ones_like(head_ids)
+        # expanded views: DynamicCache copies them on its first append, never writes to them
+        layers = [
+            (key.expand(batch, -1, -1, -1), value.expand(batch, -1, -1, -1))
+            for key, value in entry.layers
+        ]
+        if plan.others:
+            rows = torch.tensor(plan.others, device=head_ids.device)
+            ids, mask = stage([heads[i] for i in plan.others])
+            # rows shorter than the prefix: pad region A to its full width, on the left
+            ids = torch.nn.functional.pad(ids, (width - ids.shape[1], 0), value=pad)
+            mask = torch.nn.functional.pad(mask, (width - mask.shape[1], 0), value=0)
+            head_ids, head_mask = head_ids.clone(), head_mask.clone()
+            head_ids[rows], head_mask[rows] = ids, mask
+            own = self._forward(ids, mask)
+            layers = [(key.clone(), value.clone()) for key, value in layers]
+            for (key, value), (own_key, own_value) in zip(layers, own, strict=True):
+                key[rows], value[rows] = own_key, own_value
+        input_ids = torch.cat([head_ids, tail_ids], dim=1)
+        attention_mask = torch.cat([head_mask, tail_mask], dim=1)
+        cache = DynamicCache(ddp_cache_data=layers, config=self._model.config)
+        return input_ids, attention_mask, cache
+
+    def _longest_cached(self, tokens: tuple[int, ...]) -> PrefixKV | None:
+        fits = [e for key, e in self._entries.items() if key == tokens[: len(key)]]
+        return max(fits, key=lambda e: e.length, default=None)
+
     def _compute(self, tokens: tuple[int, ...]) -> PrefixKV:
         ids = torch.tensor([tokens], dtype=torch.int64, device=self._model.device)
+        layers = self._forward(ids, torch.ones_like(ids))
+        return PrefixKV(tokens, ids, tuple(layers))
+
+    def _forward(
+        self, ids: torch.Tensor, mask: torch.Tensor
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Keys and values of left-padded ``ids``; positions count real tokens only."""
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.inference_mode():
-            cache = self._model(input_ids=ids, use_cache=True).cache
-        layers = tuple((layer.keys, layer.values) for layer in cache.layers)
-        return PrefixKV(tokens, ids, layers)
+            cache = self._model(
+                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True
+            ).cache
+        return [(layer.keys, layer.values) for layer in cache.layers]

@@ -82,7 +82,8 @@ class TrtLlmEngine(Engine):
                 max_num_tokens=self._batching.max_batch_tokens,
                 kv_cache_config=KvCacheConfig(
                     free_gpu_memory_fraction=self._config.gpu_memory_fraction,
-                    enable_block_reuse=True,  # shared prompt prefixes reuse KV blocks
+                    # batching.shared_prefix: prompts with a common prefix reuse its KV blocks
+                    enable_block_reuse=self._batching.shared_prefix,
                 ),
             )
         except Exception as exc:
