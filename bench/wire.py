@@ -134,8 +134,12 @@ class ResultReader:
     """Reads a results topic as it fills, keeping each result with its arrival (unix) time."""
 
     def __init__(self, config: Config) -> None:
-        self._consumer = clients.consumer(config.kafka, group_id=f"bench-reader-{uuid.uuid4()}")
-        self._consumer.subscribe([config.kafka.results_topic])
+        k = config.kafka
+        # created first: a consumer subscribed to a missing topic may not notice it appear
+        # until its next metadata refresh, minutes later
+        clients.ensure_topics(k, [k.requests_topic, k.results_topic, k.dead_letter_topic])
+        self._consumer = clients.consumer(k, group_id=f"bench-reader-{uuid.uuid4()}")
+        self._consumer.subscribe([k.results_topic])
         self.arrived: dict[str, tuple[float, InferenceResult]] = {}
 
     def wait_for(self, ids: Collection[str], timeout_s: float) -> None:

@@ -61,14 +61,20 @@ class EngineStage:
 
     @property
     def busy(self) -> bool:
-        return self._runner.busy
+        """A batch is out and not every one of its events has been collected yet.
+
+        Not the runner's own flag: the engine thread is free a moment before its last
+        events are collected, and a batch dispatched in that moment would make them
+        look like events of the new batch.
+        """
+        return self._running is not None
 
     def stop(self) -> None:
         self._runner.stop()
 
     def dispatch(self, now: float, flush: bool) -> None:
         """Hand the next due batch to the engine, if the engine is free."""
-        if self.wedged or self._runner.busy:
+        if self.wedged or self.busy:
             return
         with self._metrics.stage("batch"):
             batch = self._batcher.next_batch(now, flush=flush)

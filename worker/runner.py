@@ -56,11 +56,6 @@ class EngineRunner:
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
         self._thread.start()
 
-    @property
-    def busy(self) -> bool:
-        with self._lock:
-            return self._running is not None or not self._inbox.empty()
-
     def running_since(self) -> float | None:
         with self._lock:
             return self._running[1] if self._running else None
@@ -69,7 +64,8 @@ class EngineRunner:
         with self._lock:
             self._next_id += 1
             batch_id = self._next_id
-            # marked running now, not when the thread picks it up, so `busy` never lies
+            # marked running now, not when the thread picks it up: the hang watchdog counts
+            # from the hand-over
             self._running = (batch_id, time.monotonic())
         self._inbox.put((batch_id, inputs))
         return batch_id

@@ -208,7 +208,12 @@ class PrefixCache:
         """Keys and values of left-padded ``ids``; positions count real tokens only."""
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.inference_mode():
+            # logits_to_keep=1: the LM head over every position would cost more than the layers
             cache = self._model(
-                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
             ).cache
         return [(layer.keys, layer.values) for layer in cache.layers]
