@@ -53,6 +53,7 @@ log = logging.getLogger("batchpipe.worker")
 
 EXIT_OK, EXIT_FATAL, EXIT_MODEL_LOAD = 0, 1, 3
 _MAX_POLL_BATCH = 500
+_PAUSE_AFTER_S = 0.5
 
 
 class Worker:
@@ -94,6 +95,7 @@ class Worker:
         )
         self._next_adapt = 0.0
         self._paused = False
+        self._full_since: float | None = None
         self._stop = threading.Event()
         self._summary = SummaryLogger(log)
         self._consumer: Consumer | None = None
@@ -195,7 +197,7 @@ class Worker:
         self.engine_stage.dispatch(now, flush=draining)
         self._publish_and_commit(now)
         self._adapt(now)
-        self._flow()
+        self._flow(now)
         self._summary.maybe_log(now, self.metrics.snapshot())
 
     def _drain(self) -> None:
@@ -234,8 +236,10 @@ class Worker:
             wake = self.batcher.wake_at()
             timeout = 0.1 if wake is None else min(0.1, max(0.0, wake - time.monotonic()))
         if room <= 0:
-            # keep serving the group protocol and callbacks while paused
-            self._consumer.poll(timeout)
+            if self._paused:
+                self._consumer.poll(timeout)  # serves rebalances and callbacks, no records
+            else:
+                time.sleep(min(timeout, 0.002))  # full for a moment: let the engine free room
             return []
         messages = self._consumer.consume(num_messages=room, timeout=timeout)
         good = []
@@ -304,11 +308,22 @@ class Worker:
             self.batcher.max_batch_size = self.adaptive.observe(utilization, now, queued)
         self.metrics.set_adaptive_size(self.batcher.max_batch_size)
 
-    def _flow(self) -> None:
-        """Backpressure: pause every partition while ``prefetch_count`` requests are open."""
-        full = not self.admission.has_room()
-        if full != self._paused:
-            self._pause(full)
+    def _flow(self, now: float) -> None:
+        """Backpressure: no new records while ``prefetch_count`` requests are open.
+
+        A short stall just skips polling. Pausing the partitions (so that polling, which
+        serves rebalances and callbacks, returns no records) waits until the worker has
+        been full for ``_PAUSE_AFTER_S``: librdkafka drops a paused partition's prefetched
+        records and fetches them again on resume, a broker round trip per pause that a
+        fast engine, full for milliseconds at a time, would pay on every batch.
+        """
+        if self.admission.has_room():
+            self._full_since = None
+        elif self._full_since is None:
+            self._full_since = now
+        pause = self._full_since is not None and now - self._full_since >= _PAUSE_AFTER_S
+        if pause != self._paused:
+            self._pause(pause)
 
     # -- rebalances --------------------------------------------------------------------
 

@@ -89,10 +89,12 @@ def test_a_shared_prefix_gives_the_same_text_as_running_every_row_in_full() -> N
     first = batch([1, 17, 40, 9, 3], seed=1)
     assert run(on, first) == run(off, first)
     assert (on.prefixes.misses, on.prefixes.hits, len(on.prefixes)) == (1, 0, 1)
+    assert on.prefixes.positions_saved == 5 * 64 - 64
     # the next batch with the same system prompt skips even the prefix's forward pass
     second = batch([25, 2, 11], seed=50)
     assert run(on, second) == run(off, second)
     assert (on.prefixes.misses, on.prefixes.hits) == (1, 1)
+    assert on.prefixes.positions_saved == 5 * 64 - 64 + 3 * 64
 
 
 def test_sampled_and_penalised_rows_are_unchanged_by_the_prefix_cache() -> None:
@@ -234,7 +236,9 @@ def test_smollm2_gives_the_same_text_with_and_without_the_prefix_cache(
         "Do you run reading groups for children in the summer holidays? How do I sign up?",
         "Can I print documents here?",
     )
-    chats = [(ChatMessage("system", system), ChatMessage("user", text)) for text in users]
+    chats: list[tuple[ChatMessage, ...]] = [
+        (ChatMessage("system", system), ChatMessage("user", text)) for text in users
+    ]
     # and two rows outside the group: the model's default system prompt, short and long
     chats += [(ChatMessage("user", "Name three colours."),), (ChatMessage("user", system),)]
     inputs = [

@@ -112,6 +112,8 @@ class PrefixCache:
         self._entries: OrderedDict[tuple[int, ...], PrefixKV] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        #: prefill positions not run thanks to the cache, net of computing prefixes on a miss
+        self.positions_saved = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -147,6 +149,7 @@ class PrefixCache:
         rows, tokens, entry = best
         if entry is None:
             self.misses += 1
+            self.positions_saved -= len(tokens)
             entry = self._compute(tokens)
             self._entries[tokens] = entry
             while len(self._entries) > self._capacity:
@@ -156,7 +159,9 @@ class PrefixCache:
             self._entries.move_to_end(tokens)
         group = set(rows)
         others = tuple(i for i in range(len(prompts)) if i not in group)
-        return PrefixPlan(entry, tuple(rows), others)
+        plan = PrefixPlan(entry, tuple(rows), others)
+        self.positions_saved += plan.saved_positions
+        return plan
 
     def inputs(
         self, plan: PrefixPlan, prompts: Sequence[Sequence[int]], stage: Stage, pad: int
