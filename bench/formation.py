@@ -184,17 +184,18 @@ def plot(result: dict[str, Any], path: Path) -> None:
     axes[1].set_xticks(list(xs), names)
     axes[1].set_ylabel("latency from arrival (t=0), s")
     axes[1].legend(fontsize=8)
-    prompt = [r["prompt_tokens"] for r in rows]
-    axes[2].bar(names, [r["padding_waste"] for r in rows], color="tab:orange", label="padding")
-    axes[2].bar(
-        names,
-        [r["prefill_positions"] / p - 1 for r, p in zip(rows, prompt, strict=True)],
-        color="none",
-        edgecolor="black",
-        label="prefill positions run / prompt tokens - 1",
-    )
-    axes[2].set_ylabel("per real prompt token")
-    axes[2].set_title("prefill waste", fontsize=10)
+    waste = [r["padding_waste"] for r in rows]
+    net = [round(r["prefill_positions"] / r["prompt_tokens"] - 1, 3) for r in rows]
+    for offset, values, label in (
+        (-0.2, waste, "padding / prompt tokens"),
+        (0.2, net, "prefill positions run / prompt tokens - 1"),
+    ):
+        bars = axes[2].bar([x + offset for x in xs], values, 0.4, label=label)
+        axes[2].bar_label(bars, fmt="%.2f", fontsize=7)
+    axes[2].axhline(0, color="black", linewidth=0.5)
+    axes[2].set_xticks(list(xs), names)
+    axes[2].set_title("prefill waste (below 0: the prefix cache runs less than the prompts)")
+    axes[2].title.set_fontsize(9)
     axes[2].legend(fontsize=7)
     for ax in axes:
         ax.tick_params(axis="x", labelsize=7)
