@@ -11,7 +11,8 @@ Requests arrive open-loop at ``RATE`` per second on average for ``DURATION_S`` s
 configuration — fixed ``max_batch_size`` 1, 8, 32, and the adaptive controller
 (``batching.adaptive``, starting at and capped by 32, sampled every second) — gets a fresh
 worker and topics on one broker. ``prefetch_count`` is raised above the number of
-requests so that Kafka backpressure never engages and only batching differs.
+requests so that Kafka backpressure never engages and only batching differs, and
+consumers fetch every 20 ms (:func:`bench.wire.prompt_fetch`, the embedded broker's quirk).
 Throughput is answers over the time from the first submission to the last answer;
 latency is from submission until a consumer read the answer.
 
@@ -28,7 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from bench.common import fresh_config, worker_thread, write_result
-from bench.wire import ResultReader, percentile, summary_requests, timestamped
+from bench.wire import ResultReader, percentile, prompt_fetch, summary_requests, timestamped
 from tests.integration.harness import publish
 from worker import clients
 from worker.broker import EmbeddedBroker
@@ -40,8 +41,8 @@ from worker.messages import InferenceRequest
 DELAY_PER_BATCH_S = 0.010
 DELAY_PER_TOKEN_S = 0.0005
 MAX_TOKENS = 32
-RATE = 120
-DURATION_S = 5.0
+RATE = 240
+DURATION_S = 3.0
 BURST_EVERY_S = 1.0
 CONFIGS = (("fixed 1", 1, False), ("fixed 8", 8, False), ("fixed 32", 32, False))
 ADAPTIVE = ("adaptive (max 32)", 32, True)
@@ -85,7 +86,7 @@ def run(broker: str, pattern: str, name: str, size: int, adaptive: bool, n: int)
         prefetch_count=2 * n,
         max_batch_tokens=4 * 8192,  # echo counts bytes as tokens
     )
-    config = replace(config, engine=EngineConfig(kind="echo"))
+    config = prompt_fetch(replace(config, engine=EngineConfig(kind="echo")))
     requests = summary_requests(n, MAX_TOKENS)
     engine = EchoEngine(delay_per_batch_s=DELAY_PER_BATCH_S, delay_per_token_s=DELAY_PER_TOKEN_S)
     reader = ResultReader(config)

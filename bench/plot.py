@@ -115,13 +115,28 @@ def adaptive(result: Result, axes: list[Axes]) -> None:
 
 
 def batcher_echo(result: Result, axes: list[Axes]) -> None:
-    labels = ["mean batch size / max_batch_size", "peak in flight / prefetch_count"]
-    values = [
-        result["mean_batch_size"] / result["max_batch_size"],
-        result["peak_in_flight"] / result["prefetch_count"],
-    ]
-    _bars(axes[0], labels, values, f"{result['requests']:,} requests, echo engine", "fraction")
-    _bars(axes[1], ["mean batch fill (tokens)"], [result["mean_batch_fill"]], "", "fraction")
+    runs = result.get("runs", [result])
+    labels = [f"adaptive {r['adaptive']}" if "adaptive" in r else "run" for r in runs]
+    fractions = {
+        "mean batch size / max_batch_size": [
+            r["mean_batch_size"] / result["max_batch_size"] for r in runs
+        ],
+        "mean batch fill (tokens)": [r["mean_batch_fill"] for r in runs],
+        "peak in flight / prefetch_count": [
+            r["peak_in_flight"] / result["prefetch_count"] for r in runs
+        ],
+    }
+    width = 0.8 / len(fractions)
+    for i, (name, values) in enumerate(fractions.items()):
+        xs = [j + (i - (len(fractions) - 1) / 2) * width for j in range(len(runs))]
+        axes[0].bar(xs, values, width, label=name)
+    axes[0].set_xticks(range(len(runs)), labels)
+    axes[0].set_title(
+        f"{result['requests']:,} requests, {result.get('engine', 'echo')}", fontsize=10
+    )
+    axes[0].legend(fontsize=7)
+    if all("requests_per_s" in r for r in runs):
+        _bars(axes[1], labels, [r["requests_per_s"] for r in runs], "throughput", "requests/s")
 
 
 def engine_cpu(result: Result, axes: list[Axes]) -> None:

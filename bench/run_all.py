@@ -3,7 +3,7 @@
 A process per benchmark keeps them from disturbing one another (torch threads, a loaded
 model, a broker left behind); the charts (:mod:`bench.plot`) are drawn last, in one more.
 A failing benchmark is reported and the rest still run; the exit code is non-zero if any
-failed. Durations go to ``bench/results/run_all.json``.
+failed. The durations of a full run go to ``bench/results/run_all.json``.
 
     .venv/bin/python -m bench.run_all [--only overhead,wire]
 """
@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         runs.append({"name": name, "seconds": round(time.monotonic() - t0, 1), "exit_code": code})
         print(f"== bench.{name}: exit {code} after {runs[-1]['seconds']} s", flush=True)
     total = round(time.monotonic() - started, 1)
-    write_result("run_all", {"benchmarks": runs, "total_seconds": total})
+    if not args.only:  # the record of a full `make bench`, not of a partial rerun
+        write_result("run_all", {"benchmarks": runs, "total_seconds": total})
     charts = subprocess.run([sys.executable, "-m", "bench.plot"], cwd=BENCH.parent).returncode
     failed = [r["name"] for r in runs if r["exit_code"] != 0] + (["plot"] if charts else [])
     print(f"== {len(runs)} benchmarks in {total} s" + (f"; failed: {failed}" if failed else ""))
