@@ -1,7 +1,7 @@
 """Reading and validating a batch of requests before anything is published.
 
 A batch is all or nothing: every line is checked — syntax and values through
-:func:`worker.batchline.parse_line`, plus the file-level rules of Alibaba Bailian
+:func:`worker.wire.batchline.parse_line`, plus the file-level rules of Alibaba Bailian
 (line count, file and line size, unique ``custom_id``, one model per file) — and a
 single bad line rejects the whole batch with a :class:`BatchFileError` that names
 every bad line. Files are validated in one streaming pass that keeps only the
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
-from worker.batchline import parse_line
 from worker.errors import ErrorCode, RequestError
-from worker.messages import InferenceRequest
-from worker.validation import validate_request
+from worker.wire.batchline import parse_line
+from worker.wire.messages import InferenceRequest
+from worker.wire.validation import validate_request
 
 _CHUNK = 1 << 20
 

@@ -1,4 +1,4 @@
-"""The ``batchpipe`` command line (ARCHITECTURE.md §6).
+"""The ``batchpipe`` command line (docs/architecture.md §6).
 
 Every command reads the same configuration as the worker — built-in defaults, a YAML
 file (``-c``), ``BATCHPIPE_*`` environment variables, ``--set key=value`` — so
@@ -280,7 +280,7 @@ def load(args: argparse.Namespace) -> Config:
 
 
 def _broker(args: argparse.Namespace) -> int:
-    from worker.broker import BrokerError, EmbeddedBroker
+    from worker.kafka.broker import BrokerError, EmbeddedBroker
 
     stop = threading.Event()
 
@@ -306,7 +306,7 @@ def _broker(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from worker.logs import setup_logging
+    from worker.obs.logs import setup_logging
     from worker.service import run_worker
 
     config = load(args)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 
 from batchpipe.batchfile import (
     DEFAULT_LIMITS,
@@ -45,11 +45,12 @@ from batchpipe.collect import (
     write_result,
 )
 from batchpipe.progress import Progress
-from worker import clients
-from worker.codec import CodecLimits, decode_request, encode_request
 from worker.config import Config, load_config
 from worker.errors import RequestError
-from worker.messages import InferenceRequest, InferenceResult
+from worker.kafka import clients
+from worker.kafka.produce import produce
+from worker.wire.codec import CodecLimits, decode_request, encode_request
+from worker.wire.messages import InferenceRequest, InferenceResult
 
 __all__ = [
     "DEFAULT_COMPLETION_WINDOW_S",
@@ -170,7 +171,7 @@ class Client:
                     req, batch_id=batch_id, batch_total=total, submitted_at=submitted_at
                 )
                 value, headers = encode_request(stamped)
-                _produce(producer, kafka.requests_topic, req.custom_id.encode(), value, headers)
+                produce(producer, kafka.requests_topic, req.custom_id.encode(), value, headers)
             producer.commit_transaction(TRANSACTION_LIFETIME_S)
         except BaseException:
             with contextlib.suppress(KafkaException):
@@ -304,18 +305,6 @@ class Client:
         finally:
             consumer.close()
         return None
-
-
-def _produce(
-    producer: Producer, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]
-) -> None:
-    sent: list[tuple[str, str | bytes | None]] = list(headers)
-    while True:
-        try:
-            producer.produce(topic, value=value, key=key, headers=sent)
-            return
-        except BufferError:  # the local queue is full: let deliveries drain it
-            producer.poll(0.1)
 
 
 def _open_text(stack: contextlib.ExitStack, target: TextTarget) -> TextIO:

@@ -33,12 +33,12 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from worker import clients
-from worker.batchline import format_error_line, format_output_line
-from worker.codec import CodecLimits, decode_result
 from worker.config import KafkaConfig
 from worker.errors import RequestError
-from worker.messages import InferenceResult
+from worker.kafka import clients
+from worker.wire.batchline import format_error_line, format_output_line
+from worker.wire.codec import CodecLimits, decode_result
+from worker.wire.messages import InferenceResult
 
 #: Seconds a reader starts before the submit time: the topic's timestamps come from
 #: other machines' clocks.

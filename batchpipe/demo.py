@@ -13,8 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from batchpipe.client import Client
-from worker.broker import EmbeddedBroker
 from worker.config import Config
+from worker.kafka.broker import EmbeddedBroker
 from worker.service import Worker
 
 

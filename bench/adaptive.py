@@ -31,12 +31,12 @@ from typing import Any
 from bench.common import fresh_config, worker_thread, write_result
 from bench.wire import ResultReader, percentile, prompt_fetch, summary_requests, timestamped
 from tests.integration.harness import publish
-from worker import clients
-from worker.broker import EmbeddedBroker
-from worker.codec import encode_request
 from worker.config import Config, EngineConfig
 from worker.engines.echo import EchoEngine
-from worker.messages import InferenceRequest
+from worker.kafka import clients
+from worker.kafka.broker import EmbeddedBroker
+from worker.wire.codec import encode_request
+from worker.wire.messages import InferenceRequest
 
 DELAY_PER_BATCH_S = 0.010
 DELAY_PER_TOKEN_S = 0.0005

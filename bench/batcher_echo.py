@@ -16,9 +16,9 @@ import time
 
 from bench.common import fresh_config, worker_thread, write_result
 from tests.integration.harness import publish, read_results
-from worker.broker import EmbeddedBroker
 from worker.engines.echo import EchoEngine
-from worker.messages import ChatMessage, InferenceRequest, SamplingParams
+from worker.kafka.broker import EmbeddedBroker
+from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
 
 N = 2000
 WORDS = [

@@ -24,10 +24,10 @@ import torch
 
 from worker.config import EngineConfig
 from worker.engines.base import Completion, EngineInput
-from worker.engines.hf import HFEngine
-from worker.engines.hf_model import load_pretrained, resolve_dtype
+from worker.engines.hf.engine import HFEngine
+from worker.engines.hf.model import load_pretrained, resolve_dtype
 from worker.engines.models import DEFAULT_MODEL, locate_model
-from worker.messages import ChatMessage, InferenceRequest, SamplingParams
+from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
 
 NEW_TOKENS = 32
 TOPICS = (

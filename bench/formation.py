@@ -39,10 +39,10 @@ from batcher.formation import prefix_key_of
 from bench.common import RESULTS, write_result
 from worker.config import BatchingConfig, EngineConfig
 from worker.engines.base import Completion, EngineInput
-from worker.engines.hf import HFEngine
-from worker.engines.hf_model import load_pretrained, resolve_dtype
+from worker.engines.hf.engine import HFEngine
+from worker.engines.hf.model import load_pretrained, resolve_dtype
 from worker.engines.models import DEFAULT_MODEL, locate_model
-from worker.messages import SamplingParams
+from worker.wire.messages import SamplingParams
 
 SYSTEM_TOKENS = 300
 PROMPT_RANGE = (10, 600)

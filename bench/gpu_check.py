@@ -27,9 +27,9 @@ import torch
 
 from worker.config import BatchingConfig, EngineConfig
 from worker.engines.base import Completion, EngineInput
-from worker.engines.hf import HFEngine
-from worker.engines.pinned import PinnedBufferPool
-from worker.messages import SamplingParams
+from worker.engines.hf.engine import HFEngine
+from worker.engines.hf.pinned import PinnedBufferPool
+from worker.wire.messages import SamplingParams
 
 PROMPT_TOKENS = 256
 NEW_TOKENS = 128

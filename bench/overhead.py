@@ -2,7 +2,7 @@
 
 Every variant reads the same number of distinct, realistic requests (:mod:`bench.wire`)
 from a topic filled beforehand, on the same embedded broker, with the same Kafka client
-settings (:mod:`worker.clients`), and writes one record per request to a results topic:
+settings (:mod:`worker.kafka.clients`), and writes one record per request to a results topic:
 
 * ``passthrough``: what people write today — consume up to 500 records, produce each
   value unchanged, flush, commit their offsets (at-least-once; no decoding at all); it is
@@ -44,14 +44,14 @@ from confluent_kafka import TopicPartition
 from bench.common import fresh_config, write_result
 from bench.wire import json_request, summary_requests
 from tests.integration.harness import publish_raw
-from worker import clients
-from worker.broker import EmbeddedBroker
-from worker.codec import encode_request
 from worker.config import Config, EngineConfig
 from worker.engines.base import Completion, EngineInput, OnComplete
 from worker.engines.echo import EchoEngine
-from worker.metrics import STAGES
+from worker.kafka import clients
+from worker.kafka.broker import EmbeddedBroker
+from worker.obs.metrics import STAGES
 from worker.service import Worker
+from worker.wire.codec import encode_request
 
 N = 6_000
 PASSES = 5

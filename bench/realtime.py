@@ -38,13 +38,13 @@ import torch
 from bench.common import fresh_config, worker_thread, write_result
 from bench.wire import ResultReader, percentile, prompt_fetch, summary_requests, timestamped
 from tests.integration.harness import publish
-from worker.broker import EmbeddedBroker
 from worker.config import BatchingConfig, EngineConfig
 from worker.engines.base import Completion, EngineInput
-from worker.engines.hf import HFEngine
-from worker.engines.hf_model import load_pretrained, resolve_dtype
+from worker.engines.hf.engine import HFEngine
+from worker.engines.hf.model import load_pretrained, resolve_dtype
 from worker.engines.models import DEFAULT_MODEL, locate_model
-from worker.messages import InferenceRequest
+from worker.kafka.broker import EmbeddedBroker
+from worker.wire.messages import InferenceRequest
 
 N = 64
 MAX_TOKENS = 16

@@ -5,7 +5,7 @@ summarise in one sentence, with a system prompt, metadata and fixed ``max_tokens
 result carries a one-sentence summary, usage, timings and metadata. For each format it
 reports the value's bytes on the wire, its header bytes, and encode / decode µs per
 message (best of several passes over 1,000 distinct messages). Requests decode through
-the worker's own path (:func:`worker.codec.decode_request`: size check, decompression,
+the worker's own path (:func:`worker.wire.codec.decode_request`: size check, decompression,
 parsing, validation); JSON results decode with ``json.loads``, as a client would.
 
 The share of the worker's time these costs take is measured in the running worker by
@@ -28,9 +28,10 @@ from dataclasses import replace
 from typing import Any
 
 from bench.common import RESULTS, write_result
-from worker import clients
-from worker.batchline import format_output_line, request_to_line
-from worker.codec import (
+from worker.config import Config, LimitsConfig
+from worker.kafka import clients
+from worker.wire.batchline import format_output_line, request_to_line
+from worker.wire.codec import (
     CONTENT_ENCODING,
     CONTENT_TYPE,
     JSON_CONTENT_TYPE,
@@ -40,9 +41,8 @@ from worker.codec import (
     encode_request,
     encode_result,
 )
-from worker.compression import compress, inflate
-from worker.config import Config, LimitsConfig
-from worker.messages import (
+from worker.wire.compression import compress, inflate
+from worker.wire.messages import (
     ChatMessage,
     InferenceRequest,
     InferenceResult,

@@ -17,9 +17,9 @@ from batcher import AdaptiveBatchSize, Batch, DynamicBatcher
 from worker.config import Config
 from worker.engines.base import Engine
 from worker.errors import ErrorCode
-from worker.health import Health
 from worker.jobs import Identity, Job, completed
-from worker.metrics import WorkerMetrics
+from worker.obs.health import Health
+from worker.obs.metrics import WorkerMetrics
 from worker.outbox import Outbox
 from worker.runner import BatchDone, EngineRunner, Finished
 

@@ -1,4 +1,4 @@
-"""Error codes of the wire contract (ARCHITECTURE.md §5) and the exceptions that carry them."""
+"""Error codes of the wire contract (docs/architecture.md §5) and the exceptions that carry them."""
 
 from __future__ import annotations
 

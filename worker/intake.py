@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from batcher import Pending, prefix_key_of
-from worker.codec import CodecLimits, Headers, decode_request
 from worker.config import BatchingConfig, GenerationConfig
 from worker.engines.base import Engine, EngineInput
 from worker.errors import ErrorCode, RequestError
 from worker.jobs import Identity, Job, Source, failed
-from worker.messages import InferenceRequest, InferenceResult, SamplingParams
+from worker.wire.codec import CodecLimits, Headers, decode_request
+from worker.wire.messages import InferenceRequest, InferenceResult, SamplingParams
 
 
 @dataclass(frozen=True)

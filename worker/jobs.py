@@ -2,7 +2,7 @@
 
 A :class:`Job` is what the batcher carries as its payload: the decoded request, the
 engine's input, where the request came from (for offsets) and when it arrived. The
-answer helpers build exactly one :class:`~worker.messages.InferenceResult` per request.
+answer helpers build exactly one :class:`~worker.wire.messages.InferenceResult` per request.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from worker.engines.base import Completion, EngineInput
 from worker.errors import ErrorCode
-from worker.messages import ErrorInfo, InferenceRequest, InferenceResult, Timings, Usage
+from worker.wire.messages import ErrorInfo, InferenceRequest, InferenceResult, Timings, Usage
 
 
 @dataclass(frozen=True)

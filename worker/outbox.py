@@ -2,7 +2,7 @@
 
 An answer is a result on the results topic or, for a record without a recoverable
 ``custom_id``, a dead letter. Each is counted in the metrics and closed in the
-:class:`~worker.ledger.Ledger` once it counts as given (see :mod:`worker.publisher`).
+:class:`~worker.ledger.Ledger` once it counts as given (see :mod:`worker.kafka.publisher`).
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from __future__ import annotations
 import logging
 import time
 
-from worker.codec import encode_result
 from worker.config import KafkaConfig
 from worker.errors import ErrorCode
 from worker.intake import DeadLetter
 from worker.jobs import Identity, Job, Source, failed
+from worker.kafka.publisher import Publisher
 from worker.ledger import Ledger
-from worker.messages import InferenceResult
-from worker.metrics import WorkerMetrics
-from worker.publisher import Publisher
+from worker.obs.metrics import WorkerMetrics
+from worker.wire.codec import encode_result
+from worker.wire.messages import InferenceResult
 
 log = logging.getLogger("batchpipe.worker")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from worker.engines.base import Completion, Engine, EngineInput, EngineOutOfMemory
 from worker.errors import ErrorCode
-from worker.messages import ErrorInfo
+from worker.wire.messages import ErrorInfo
 
 log = logging.getLogger(__name__)
 

@@ -26,21 +26,16 @@ from batcher import (
     Partition,
     Pending,
 )
-from worker import __version__, clients
-from worker.codec import CodecLimits
+from worker import __version__
 from worker.config import Config
 from worker.engine_stage import EngineStage
 from worker.engines.base import Engine
 from worker.engines.factory import create_engine
 from worker.errors import ErrorCode, ModelLoadError
-from worker.health import Health, MetricsServer
 from worker.intake import DeadLetter, Intake
 from worker.jobs import Identity, Job, Source
-from worker.ledger import Ledger
-from worker.logs import SummaryLogger
-from worker.metrics import WorkerMetrics
-from worker.outbox import Outbox
-from worker.publisher import (
+from worker.kafka import clients
+from worker.kafka.publisher import (
     AtLeastOncePublisher,
     FatalKafkaError,
     Publisher,
@@ -48,6 +43,12 @@ from worker.publisher import (
     TransactionalPublisher,
     rewind,
 )
+from worker.ledger import Ledger
+from worker.obs.health import Health, MetricsServer
+from worker.obs.logs import SummaryLogger
+from worker.obs.metrics import WorkerMetrics
+from worker.outbox import Outbox
+from worker.wire.codec import CodecLimits
 
 log = logging.getLogger("batchpipe.worker")
 

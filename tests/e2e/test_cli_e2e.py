@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from worker.batchline import parse_line
+from tests import ROOT
+from worker.wire.batchline import parse_line
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "requests.jsonl"
 BATCHPIPE = [sys.executable, "-m", "batchpipe.cli"]
 

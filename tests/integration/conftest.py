@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.harness import isolated_config
-from worker.broker import EmbeddedBroker
 from worker.config import Config
+from worker.kafka.broker import EmbeddedBroker
 
 
 @pytest.fixture(scope="session")

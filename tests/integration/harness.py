@@ -15,14 +15,13 @@ from pathlib import Path
 import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
-from worker import clients
-from worker.codec import decode_result, encode_request
+from tests import ROOT
 from worker.config import Config
 from worker.engines.base import Engine
-from worker.messages import InferenceRequest, InferenceResult
+from worker.kafka import clients
 from worker.service import Worker
-
-ROOT = Path(__file__).resolve().parents[2]
+from worker.wire.codec import decode_result, encode_request
+from worker.wire.messages import InferenceRequest, InferenceResult
 
 
 def isolated_config(bootstrap: str, prefix: str = "test") -> Config:

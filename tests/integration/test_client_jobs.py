@@ -20,15 +20,15 @@ from confluent_kafka import TopicPartition
 
 from batchpipe import BatchFileError, BatchNotFoundError, Client, CollectTimeoutError
 from batchpipe.collect import CLOCK_SKEW_S, open_reader, record_headers, records
-from worker import clients
-from worker.batchline import parse_line
-from worker.codec import CodecLimits, decode_request, encode_result
+from tests import ROOT
 from worker.config import Config, LimitsConfig
-from worker.messages import ErrorInfo, InferenceRequest, InferenceResult, Usage
+from worker.kafka import clients
+from worker.wire.batchline import parse_line
+from worker.wire.codec import CodecLimits, decode_request, encode_result
+from worker.wire.messages import ErrorInfo, InferenceRequest, InferenceResult, Usage
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 LIMITS = CodecLimits.from_config(LimitsConfig())
 
 EVERY_FIELD: list[dict[str, Any]] = [

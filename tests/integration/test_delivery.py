@@ -15,13 +15,14 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from batcher import OffsetTracker
-from tests.integration.harness import ROOT, publish, read_results, running_worker
-from worker import clients
+from tests import ROOT
+from tests.integration.harness import publish, read_results, running_worker
 from worker.config import Config
 from worker.engines.base import EngineInput, EngineOutOfMemory, OnComplete
 from worker.engines.echo import EchoEngine
-from worker.messages import ChatMessage, InferenceRequest, SamplingParams
-from worker.publisher import FatalKafkaError, TransactionalPublisher
+from worker.kafka import clients
+from worker.kafka.publisher import FatalKafkaError, TransactionalPublisher
+from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
 
 pytestmark = pytest.mark.integration
 

@@ -26,9 +26,9 @@ from tests.integration.harness import (
     start_worker_process,
     write_config,
 )
-from worker.codec import encode_request
 from worker.config import Config
-from worker.messages import ChatMessage, InferenceRequest, SamplingParams
+from worker.wire.codec import encode_request
+from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
 
 pytestmark = pytest.mark.integration
 

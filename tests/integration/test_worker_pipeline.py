@@ -17,10 +17,10 @@ from tests.integration.harness import (
     read_topic,
     running_worker,
 )
-from worker.codec import JSON_CONTENT_TYPE, REQUEST_CONTENT_TYPE, encode_request
 from worker.config import Config
 from worker.engines.echo import EchoEngine
-from worker.messages import ChatMessage, InferenceRequest, SamplingParams
+from worker.wire.codec import JSON_CONTENT_TYPE, REQUEST_CONTENT_TYPE, encode_request
+from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
 
 pytestmark = pytest.mark.integration
 

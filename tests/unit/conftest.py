@@ -58,7 +58,7 @@ def tiny_llama(vocab_size: int = 96, seed: int = 0) -> tuple[Any, Any]:
 @pytest.fixture(scope="session")
 def tiny_hf_engine() -> Iterator[Any]:
     from worker.config import EngineConfig
-    from worker.engines.hf import HFEngine
+    from worker.engines.hf.engine import HFEngine
 
     engine = HFEngine(EngineConfig(model="tiny-llama", device="cpu"), preloaded=tiny_llama())
     engine.load()
@@ -70,7 +70,7 @@ def tiny_hf_engine() -> Iterator[Any]:
 def hf_engine() -> Iterator[Any]:
     """SmolLM2-135M-Instruct on the CPU; tests using it carry ``@pytest.mark.model``."""
     from worker.config import EngineConfig
-    from worker.engines.hf import HFEngine
+    from worker.engines.hf.engine import HFEngine
 
     engine = HFEngine(EngineConfig(device="cpu"))
     engine.load()

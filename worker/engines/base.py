@@ -29,7 +29,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from worker.messages import ErrorInfo, FinishReason, InferenceRequest, SamplingParams
+from worker.wire.messages import ErrorInfo, FinishReason, InferenceRequest, SamplingParams
 
 
 @dataclass(frozen=True)

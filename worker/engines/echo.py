@@ -15,7 +15,7 @@ from worker.config import GenerationConfig
 from worker.engines.base import Completion, Engine, EngineInput, OnComplete
 from worker.engines.utilization import BusyMeter
 from worker.errors import ErrorCode, RequestError
-from worker.messages import FinishReason, InferenceRequest
+from worker.wire.messages import FinishReason, InferenceRequest
 
 _ROLES = ("system", "user", "assistant", "tool", "developer")
 

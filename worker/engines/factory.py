@@ -20,7 +20,7 @@ def create_engine(
 
         return EchoEngine(generation, delay_per_token_s=engine.simulated_token_s)
     if engine.kind == "hf":
-        from worker.engines.hf import HFEngine
+        from worker.engines.hf.engine import HFEngine
 
         return HFEngine(engine, generation, batching)
     if engine.kind == "trtllm":

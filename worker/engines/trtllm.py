@@ -29,7 +29,7 @@ from worker.engines.base import Completion, Engine, EngineInput, OnComplete
 from worker.engines.models import locate_model
 from worker.engines.utilization import BusyMeter, gpu_counter
 from worker.errors import ErrorCode, ModelLoadError
-from worker.messages import ErrorInfo, InferenceRequest
+from worker.wire.messages import ErrorInfo, InferenceRequest
 
 
 class TrtLlmEngine(Engine):
@@ -64,7 +64,7 @@ class TrtLlmEngine(Engine):
                 "the trtllm engine needs TensorRT-LLM, which needs an NVIDIA GPU "
                 f"(pip install 'batchpipe[trtllm]'): tensorrt_llm is not importable: {exc}"
             ) from exc
-        from worker.engines.hf_model import ChatEncoder, load_tokenizer
+        from worker.engines.hf.model import ChatEncoder, load_tokenizer
 
         source = locate_model(self._config.model)
         if source.gguf_file:

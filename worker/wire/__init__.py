@@ -1,5 +1,7 @@
-"""Generated protobuf code of the wire contract (``proto/batchpipe/v1``).
+"""The wire contract in Python: domain messages, the protobuf/JSON codec, zstd framing,
+OpenAI/Bailian batch lines and request validation.
 
-Nothing but :mod:`worker.codec` imports from here: the rest of batchpipe works with the
-domain objects of :mod:`worker.messages`. Regenerate with ``make proto``.
+The generated protobuf code (``_generated``, from ``proto/batchpipe/v1``; regenerate with
+``make proto``) is imported by :mod:`worker.wire.codec` only: everything else works with
+the frozen dataclasses of :mod:`worker.wire.messages`.
 """

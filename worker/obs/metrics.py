@@ -1,0 +1,305 @@
+"""Prometheus metrics of one worker (docs/architecture.md §2 "metrics"; docs/metrics.md).
+
+:class:`WorkerMetrics` owns its own :class:`CollectorRegistry`, never the global one, so
+several workers (or tests) in one process do not collide. Every label takes values from a
+small fixed set (model, status, error code, token kind, stage, transaction outcome,
+rebalance kind, and topic/partition for lag): a per-request label would make the series
+count grow without bound. Label children of the fixed sets are created up front, so every
+series exists (at zero) from the first scrape and ``rate()`` sees the first increment.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from worker.errors import ErrorCode
+
+STATUSES: Final = ("completed", "failed")
+TOKEN_KINDS: Final = ("prompt", "completion", "reasoning")
+STAGES: Final = ("decode", "batch", "encode", "produce")
+TX_OUTCOMES: Final = ("commit", "abort")
+REBALANCE_KINDS: Final = ("assign", "revoke", "lost")
+
+# 5 ms .. 10 min, roughly log-spaced: a request of an LLM batch takes from a few
+# milliseconds (echo engine) to minutes (long generations queued behind a full batch).
+LATENCY_BUCKETS: Final = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)  # fmt: skip
+BATCH_SIZE_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+BATCH_TOKEN_BUCKETS: Final = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+FILL_RATIO_BUCKETS: Final = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+PADDING_WASTE_BUCKETS: Final = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0)
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Headline totals since the worker started, for the summary log and ``make demo``."""
+
+    requests_completed: int
+    requests_failed: int
+    dead_letters: int
+    tokens_prompt: int
+    tokens_completion: int
+    tokens_reasoning: int  # a part of tokens_completion, as in the OpenAI usage object
+    batches: int
+    batched_requests: int
+    fill_ratio_sum: float
+    total_lag: int
+
+    @property
+    def requests(self) -> int:
+        return self.requests_completed + self.requests_failed
+
+    @property
+    def mean_batch_size(self) -> float:
+        return self.batched_requests / self.batches if self.batches else 0.0
+
+    @property
+    def mean_fill_ratio(self) -> float:
+        return self.fill_ratio_sum / self.batches if self.batches else 0.0
+
+
+class WorkerMetrics:
+    """The metrics of one worker process; one small method per event the worker sees.
+
+    All methods are thread-safe. ``status``, ``code``, ``kind``, ``stage``, ``outcome``
+    outside their fixed sets raise :class:`ValueError`: that is a bug in the caller, and
+    accepting it would create an unbounded label.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        engine: str,
+        version: str,
+        prefetch_limit: int,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._model = model
+        self._lag: dict[tuple[str, str], int] = {}
+        self._lag_lock = threading.Lock()
+
+        def counter(name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+            return Counter(name, doc, labels, registry=self.registry)
+
+        def gauge(name: str, doc: str, labels: Sequence[str] = ()) -> Gauge:
+            return Gauge(name, doc, labels, registry=self.registry)
+
+        def histogram(name: str, doc: str, buckets: Sequence[float]) -> Histogram:
+            return Histogram(name, doc, buckets=buckets, registry=self.registry)
+
+        self._requests = counter("batchpipe_requests", "Requests answered.", ["model", "status"])
+        self._errors = counter("batchpipe_request_errors", "Errors by code.", ["code"])
+        self._dead_letters = counter("batchpipe_dead_letters", "Dead-letter records.")
+        self._latency = histogram(
+            "batchpipe_request_latency_seconds",
+            "submitted_at to result published.",
+            LATENCY_BUCKETS,
+        )
+        self._queue_wait = histogram(
+            "batchpipe_queue_wait_seconds", "Consumed to handed to the engine.", LATENCY_BUCKETS
+        )
+        self._batch_wait = histogram(
+            "batchpipe_batch_wait_seconds", "Time a request waited in the batcher.", LATENCY_BUCKETS
+        )
+        self._engine_batch = histogram(
+            "batchpipe_engine_batch_seconds", "Engine time per batch.", LATENCY_BUCKETS
+        )
+        self._batch_size = histogram(
+            "batchpipe_batch_size", "Requests per batch.", BATCH_SIZE_BUCKETS
+        )
+        self._batch_tokens = histogram(
+            "batchpipe_batch_tokens", "Token budget used per batch.", BATCH_TOKEN_BUCKETS
+        )
+        self._fill = histogram(
+            "batchpipe_batch_fill_ratio", "Batch size / maximum batch size.", FILL_RATIO_BUCKETS
+        )
+        self._padding = histogram(
+            "batchpipe_padding_waste_ratio",
+            "Padded positions / real tokens.",
+            PADDING_WASTE_BUCKETS,
+        )
+        self._tokens = counter("batchpipe_tokens", "Tokens answered.", ["model", "kind"])
+        self._inflight = gauge("batchpipe_inflight_requests", "Consumed, not yet answered.")
+        self._prefetch = gauge("batchpipe_prefetch_limit", "The most requests in flight.")
+        self._adaptive = gauge("batchpipe_adaptive_batch_size", "Current maximum batch size.")
+        self._utilization = gauge("batchpipe_engine_utilization", "Accelerator utilisation 0..1.")
+        self._dedup = counter("batchpipe_dedup_hits", "Requests served by an identical run.")
+        self._consumer_lag = gauge(
+            "batchpipe_consumer_lag", "Messages behind the partition end.", ["topic", "partition"]
+        )
+        self._transactions = counter("batchpipe_transactions", "Transactions.", ["outcome"])
+        self._rebalances = counter("batchpipe_rebalances", "Rebalance events.", ["kind"])
+        self._paused = gauge("batchpipe_paused_partitions", "Partitions paused (backpressure).")
+        self._stage = counter("batchpipe_stage_seconds", "Time per pipeline stage.", ["stage"])
+        self._build = gauge(
+            "batchpipe_build_info",
+            "Always 1; labels describe the worker.",
+            ["version", "engine", "model"],
+        )
+        self._ready = gauge("batchpipe_worker_ready", "1 when /readyz answers 200.")
+
+        for status in STATUSES:
+            self._requests.labels(model, status)
+        for code in ErrorCode:
+            self._errors.labels(str(int(code)))
+        for kind in TOKEN_KINDS:
+            self._tokens.labels(model, kind)
+        for outcome in TX_OUTCOMES:
+            self._transactions.labels(outcome)
+        for rebalance in REBALANCE_KINDS:
+            self._rebalances.labels(rebalance)
+        for stage in STAGES:
+            self._stage.labels(stage)
+        self._build.labels(version, engine, model).set(1)
+        self._prefetch.set(prefetch_limit)
+
+    def answered(
+        self,
+        status: str,
+        code: int | None,
+        usage_prompt: int,
+        usage_completion: int,
+        usage_reasoning: int,
+        e2e_s: float | None,
+        queue_wait_s: float,
+    ) -> None:
+        """A result (completed or failed) was published. ``e2e_s`` is None without submitted_at."""
+        _check(status, STATUSES, "status")
+        code_label = None if code is None else str(int(ErrorCode(code)))  # validate first
+        self._requests.labels(self._model, status).inc()
+        if code_label is not None:
+            self._errors.labels(code_label).inc()
+        usage = (usage_prompt, usage_completion, usage_reasoning)
+        for kind, count in zip(TOKEN_KINDS, usage, strict=True):
+            if count:
+                self._tokens.labels(self._model, kind).inc(count)
+        if e2e_s is not None:
+            self._latency.observe(e2e_s)
+        self._queue_wait.observe(queue_wait_s)
+
+    def dead_lettered(self, code: int = ErrorCode.MALFORMED) -> None:
+        """A record went to the dead-letter topic instead of a result (do not call answered())."""
+        self._errors.labels(str(int(ErrorCode(code)))).inc()
+        self._dead_letters.inc()
+
+    def batch_done(
+        self,
+        size: int,
+        tokens: int,
+        fill_ratio: float,
+        padding_waste: float,
+        batch_wait_s: Sequence[float] | float,
+        engine_s: float,
+    ) -> None:
+        """A batch left the engine. ``batch_wait_s``: one wait per request, or one for all."""
+        self._batch_size.observe(size)
+        self._batch_tokens.observe(tokens)
+        self._fill.observe(fill_ratio)
+        self._padding.observe(padding_waste)
+        waits = (batch_wait_s,) if isinstance(batch_wait_s, (int, float)) else batch_wait_s
+        for wait in waits:
+            self._batch_wait.observe(wait)
+        self._engine_batch.observe(engine_s)
+
+    def set_inflight(self, n: int) -> None:
+        self._inflight.set(n)
+
+    def set_adaptive_size(self, n: int) -> None:
+        self._adaptive.set(n)
+
+    def set_utilization(self, u: float) -> None:
+        if not 0.0 <= u <= 1.0:
+            raise ValueError(f"utilization must be within 0..1, got {u}")
+        self._utilization.set(u)
+
+    def set_ready(self, ready: bool) -> None:
+        """Mirrors /readyz; :class:`worker.obs.health.Health` calls it on every change."""
+        self._ready.set(1 if ready else 0)
+
+    def dedup_hit(self) -> None:
+        self._dedup.inc()
+
+    def transaction(self, outcome: str) -> None:
+        _check(outcome, TX_OUTCOMES, "outcome")
+        self._transactions.labels(outcome).inc()
+
+    def rebalance(self, kind: str) -> None:
+        _check(kind, REBALANCE_KINDS, "kind")
+        self._rebalances.labels(kind).inc()
+
+    def set_paused(self, n: int) -> None:
+        self._paused.set(n)
+
+    def observe_kafka_stats(self, stats_json: str) -> None:
+        """Feed one librdkafka statistics payload (the consumer's ``stats_cb`` argument).
+
+        Sets ``batchpipe_consumer_lag`` from ``topics.<t>.partitions.<p>.consumer_lag``,
+        skipping the internal partition -1 and unknown lag (-1). Series of partitions absent
+        from this payload (revoked, or lag unknown) are removed, so a partition that moved
+        to another worker does not keep reporting its last lag from here.
+        """
+        stats: dict[str, Any] = json.loads(stats_json)
+        current: dict[tuple[str, str], int] = {}
+        for topic, tstats in stats.get("topics", {}).items():
+            for partition, pstats in tstats.get("partitions", {}).items():
+                lag = int(pstats.get("consumer_lag", -1))
+                if partition != "-1" and lag >= 0:
+                    current[(topic, partition)] = lag
+        with self._lag_lock:
+            for key in self._lag.keys() - current.keys():
+                self._consumer_lag.remove(*key)
+            for (topic, partition), lag in current.items():
+                self._consumer_lag.labels(topic, partition).set(lag)
+            self._lag = current
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Add the wall time of the ``with`` body to ``batchpipe_stage_seconds_total{stage}``."""
+        _check(name, STAGES, "stage")
+        child = self._stage.labels(name)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            child.inc(time.perf_counter() - start)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of this worker's registry."""
+        return generate_latest(self.registry)
+
+    def snapshot(self) -> MetricsSnapshot:
+        with self._lag_lock:
+            total_lag = sum(self._lag.values())
+        return MetricsSnapshot(
+            requests_completed=int(self._value("batchpipe_requests_total", status="completed")),
+            requests_failed=int(self._value("batchpipe_requests_total", status="failed")),
+            dead_letters=int(self._value("batchpipe_dead_letters_total")),
+            tokens_prompt=int(self._value("batchpipe_tokens_total", kind="prompt")),
+            tokens_completion=int(self._value("batchpipe_tokens_total", kind="completion")),
+            tokens_reasoning=int(self._value("batchpipe_tokens_total", kind="reasoning")),
+            batches=int(self._value("batchpipe_batch_size_count")),
+            batched_requests=int(self._value("batchpipe_batch_size_sum")),
+            fill_ratio_sum=self._value("batchpipe_batch_fill_ratio_sum"),
+            total_lag=total_lag,
+        )
+
+    def _value(self, name: str, **labels: str) -> float:
+        if "status" in labels or "kind" in labels:
+            labels = {"model": self._model, **labels}
+        value = self.registry.get_sample_value(name, labels)
+        return value if value is not None else 0.0
+
+
+def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
+    if value not in allowed:
+        raise ValueError(f"{what} must be one of {allowed}, got {value!r}")

@@ -1,0 +1,300 @@
+"""OpenAI/Bailian batch file lines <-> domain objects.
+
+Input line (``schemas/batch-input-line.schema.json``)::
+
+    {"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",
+     "body": {"model": "...", "messages": [...], "max_tokens": 32, ...},
+     "metadata": {"k": "v"}, "priority": 0, "deadline": 1767225600.0}
+
+``url`` is ``/v1/chat/completions`` (``messages``) or ``/v1/completions`` (``prompt``,
+a string or a list of token ids). ``metadata`` may sit at the top level or in the body
+(both are merged, the top level wins). ``batch_id``, ``batch_total``, ``priority``,
+``deadline`` and ``submitted_at`` are optional top-level batchpipe extensions. Unknown
+body fields are ignored, as an OpenAI-compatible server does.
+
+Output and error lines follow the OpenAI batch output format
+(``schemas/batch-output-line.schema.json``, ``schemas/batch-error-line.schema.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from worker.errors import ErrorCode, RequestError
+from worker.wire.messages import ChatMessage, InferenceRequest, InferenceResult, SamplingParams
+from worker.wire.validation import validate_request
+
+CHAT_URL = "/v1/chat/completions"
+COMPLETIONS_URL = "/v1/completions"
+_OPTIONAL_FLOATS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+class _Fields:
+    """Typed access to one JSON object; wrong types are 4001 naming the field."""
+
+    def __init__(self, obj: Mapping[str, Any], where: str, custom_id: str | None) -> None:
+        self.obj, self.where, self.custom_id = obj, where, custom_id
+
+    def error(self, code: ErrorCode, message: str) -> RequestError:
+        return RequestError(code, message, self.custom_id)
+
+    def get(self, key: str, kind: type | tuple[type, ...], what: str) -> Any:
+        """The value of ``key``, None when absent or null."""
+        value = self.obj.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
+            raise self.error(ErrorCode.MALFORMED, f"{self.where}{key} must be {what}")
+        return value
+
+    def integer(self, key: str) -> int | None:
+        value: int | None = self.get(key, int, "an integer")
+        return value
+
+    def number(self, key: str) -> float | None:
+        value = self.get(key, (int, float), "a number")
+        try:
+            return None if value is None else float(value)
+        except OverflowError as exc:
+            raise self.error(ErrorCode.INVALID_PARAMETER, f"{key} is out of range") from exc
+
+    def string_map(self, key: str) -> dict[str, str]:
+        value = self.get(key, dict, "an object of strings") or {}
+        if not all(isinstance(v, str) for v in value.values()):
+            raise self.error(ErrorCode.MALFORMED, f"{self.where}{key} values must be strings")
+        return dict(value)
+
+
+def _content(part_list: Any, fields: _Fields, where: str) -> str:
+    """A message's content: a string, or the text of a list of text parts."""
+    if isinstance(part_list, str):
+        return part_list
+    if not isinstance(part_list, list):
+        raise fields.error(ErrorCode.MALFORMED, f"{where} must be a string or a list of parts")
+    texts = []
+    for part in part_list:
+        if not isinstance(part, dict):
+            raise fields.error(ErrorCode.MALFORMED, f"{where} parts must be objects")
+        if part.get("type") != "text":
+            raise fields.error(
+                ErrorCode.INVALID_PARAMETER, f"{where}: only text parts are supported"
+            )
+        text = _Fields(part, f"{where}.", fields.custom_id).get("text", str, "a string")
+        if text is None:
+            raise fields.error(ErrorCode.MALFORMED, f"{where} text part has no text")
+        texts.append(text)
+    return "\n".join(texts)
+
+
+def _messages(body: _Fields) -> tuple[ChatMessage, ...]:
+    raw = body.get("messages", list, "a list of messages")
+    if raw is None:
+        raise body.error(ErrorCode.MALFORMED, f"body.messages is required for {CHAT_URL}")
+    messages = []
+    for i, item in enumerate(raw):
+        where = f"body.messages[{i}]"
+        if not isinstance(item, dict):
+            raise body.error(ErrorCode.MALFORMED, f"{where} must be an object")
+        role = _Fields(item, f"{where}.", body.custom_id).get("role", str, "a string")
+        if role is None:
+            raise body.error(ErrorCode.MALFORMED, f"{where}.role is required")
+        messages.append(ChatMessage(role, _content(item.get("content"), body, f"{where}.content")))
+    return tuple(messages)
+
+
+def _prompt(body: _Fields) -> tuple[str | None, tuple[int, ...]]:
+    raw = body.obj.get("prompt")
+    if isinstance(raw, str):
+        return raw, ()
+    if isinstance(raw, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in raw):
+        return None, tuple(raw)
+    raise body.error(
+        ErrorCode.MALFORMED, f"body.prompt is required for {COMPLETIONS_URL}: a string or token ids"
+    )
+
+
+def _sampling(body: _Fields) -> SamplingParams:
+    max_tokens = body.integer("max_tokens")
+    max_completion_tokens = body.integer("max_completion_tokens")
+    if None not in (max_tokens, max_completion_tokens) and max_tokens != max_completion_tokens:
+        raise body.error(ErrorCode.INVALID_PARAMETER, "max_tokens and max_completion_tokens differ")
+    stop = body.get("stop", (str, list), "a string or a list of strings")
+    if isinstance(stop, list) and not all(isinstance(s, str) for s in stop):
+        raise body.error(ErrorCode.MALFORMED, "body.stop must be a string or a list of strings")
+    floats = {name: body.number(name) for name in _OPTIONAL_FLOATS}
+    return SamplingParams(
+        max_tokens=max_completion_tokens if max_tokens is None else max_tokens,
+        top_k=body.integer("top_k"),
+        seed=body.integer("seed"),
+        stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
+        repetition_penalty=body.number("repetition_penalty"),
+        **floats,
+    )
+
+
+def _load(line: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
+    if isinstance(line, Mapping):
+        return line
+    try:
+        loaded = json.loads(line, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise RequestError(ErrorCode.MALFORMED, f"not a JSON batch line: {exc}") from exc
+    if not isinstance(loaded, dict):
+        raise RequestError(ErrorCode.MALFORMED, "a batch line must be a JSON object")
+    return loaded
+
+
+def parse_line(line: str | bytes | Mapping[str, Any]) -> InferenceRequest:
+    """The validated request of one batch input line; :class:`RequestError` otherwise.
+
+    4001 for a line that is not a JSON object, lacks ``custom_id`` or has a field of the
+    wrong type; 4002 for an unsupported ``method``/``url`` or a value out of range. The
+    error carries ``custom_id`` whenever the line has one.
+    """
+    obj = _load(line)
+    custom_id = obj.get("custom_id")
+    if not isinstance(custom_id, str) or not custom_id:
+        raise RequestError(ErrorCode.MALFORMED, "custom_id must be a non-empty string")
+    top = _Fields(obj, "", custom_id)
+    method, url = top.get("method", str, "a string"), top.get("url", str, "a string")
+    raw_body = top.get("body", dict, "an object")
+    if method is None or url is None or raw_body is None:
+        raise top.error(ErrorCode.MALFORMED, "a batch line needs method, url and body")
+    if method != "POST":
+        raise top.error(ErrorCode.INVALID_PARAMETER, f"method must be POST, got {method!r}")
+    body = _Fields(raw_body, "body.", custom_id)
+    messages: tuple[ChatMessage, ...] = ()
+    prompt: str | None = None
+    token_ids: tuple[int, ...] = ()
+    if url == CHAT_URL:
+        messages = _messages(body)
+    elif url == COMPLETIONS_URL:
+        prompt, token_ids = _prompt(body)
+    else:
+        raise top.error(ErrorCode.INVALID_PARAMETER, f"url must be {CHAT_URL} or {COMPLETIONS_URL}")
+    n = body.integer("n")
+    if n is not None and n != 1:
+        raise body.error(ErrorCode.INVALID_PARAMETER, "n must be 1: one completion per line")
+    thinking = body.get("enable_thinking", bool, "a boolean")
+    template_kwargs = body.get("chat_template_kwargs", dict, "an object")
+    if thinking is None and template_kwargs is not None:
+        thinking = _Fields(template_kwargs, "body.chat_template_kwargs.", custom_id).get(
+            "enable_thinking", bool, "a boolean"
+        )
+    req = InferenceRequest(
+        custom_id=custom_id,
+        batch_id=top.get("batch_id", str, "a string") or "",
+        batch_total=top.integer("batch_total") or 0,
+        model=body.get("model", str, "a string") or "",
+        messages=messages,
+        prompt=prompt,
+        prompt_token_ids=token_ids,
+        sampling=_sampling(body),
+        enable_thinking=thinking,
+        metadata=MappingProxyType({**body.string_map("metadata"), **top.string_map("metadata")}),
+        priority=top.integer("priority") or 0,
+        deadline=top.number("deadline"),
+        submitted_at=top.number("submitted_at"),
+    )
+    validate_request(req)
+    return req
+
+
+def request_to_line(req: InferenceRequest) -> dict[str, Any]:
+    """The batch input line of ``req``: ``parse_line(request_to_line(req)) == req``."""
+    body: dict[str, Any] = {"model": req.model}
+    if req.prompt is not None or req.prompt_token_ids:
+        url = COMPLETIONS_URL
+        body["prompt"] = req.prompt if req.prompt is not None else list(req.prompt_token_ids)
+    else:
+        url = CHAT_URL
+        body["messages"] = [{"role": m.role, "content": m.content} for m in req.messages]
+    s = req.sampling
+    for name in ("max_tokens", *_OPTIONAL_FLOATS, "top_k", "seed", "repetition_penalty"):
+        if getattr(s, name) is not None:
+            body[name] = getattr(s, name)
+    if s.stop:
+        body["stop"] = list(s.stop)
+    if req.enable_thinking is not None:
+        body["enable_thinking"] = req.enable_thinking
+    line: dict[str, Any] = {"custom_id": req.custom_id, "method": "POST", "url": url, "body": body}
+    extensions = {
+        "metadata": dict(req.metadata) or None,
+        "batch_id": req.batch_id or None,
+        "batch_total": req.batch_total or None,
+        "priority": req.priority or None,
+        "deadline": req.deadline,
+        "submitted_at": req.submitted_at,
+    }
+    line.update((key, value) for key, value in extensions.items() if value is not None)
+    return line
+
+
+def _ids(result: InferenceResult) -> tuple[str, str]:
+    """``(request_id, completion id)``, derived from the stable result id."""
+    digest = result.result_id.removeprefix("batch_req_")
+    return f"req_{digest}", f"chatcmpl-{digest}"
+
+
+def format_output_line(result: InferenceResult) -> dict[str, Any]:
+    """The OpenAI batch output line of a completed result."""
+    request_id, completion_id = _ids(result)
+    usage = result.usage
+    completion = {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": int(result.created_at),
+        "model": result.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": result.text},
+                "finish_reason": result.finish_reason,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        },
+    }
+    return {
+        "id": result.result_id,
+        "custom_id": result.custom_id,
+        "response": {"status_code": 200, "request_id": request_id, "body": completion},
+        "error": None,
+        "metadata": dict(result.metadata),
+    }
+
+
+def format_error_line(result: InferenceResult) -> dict[str, Any]:
+    """The OpenAI batch error line of a failed result (which always carries an error)."""
+    if result.error is None:
+        raise ValueError(f"result {result.custom_id!r} has no error to format")
+    request_id, _ = _ids(result)
+    error = {"code": str(result.error.code), "message": result.error.message}
+    status_code = 400 if 4000 <= result.error.code < 5000 else 500
+    return {
+        "id": result.result_id,
+        "custom_id": result.custom_id,
+        "response": {
+            "status_code": status_code,
+            "request_id": request_id,
+            "body": {"error": error},
+        },
+        "error": error,
+        "metadata": dict(result.metadata),
+    }
+
+
+def format_result_line(result: InferenceResult) -> dict[str, Any]:
+    """The output line of a completed result, the error line of a failed one."""
+    return format_output_line(result) if result.status == "completed" else format_error_line(result)

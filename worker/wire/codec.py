@@ -1,0 +1,308 @@
+"""Kafka record values and headers <-> domain objects (docs/architecture.md §4).
+
+A request record is a zstd frame of a serialised ``batchpipe.v1.InferenceRequest``, or
+one OpenAI/Bailian batch line as JSON (zstd-compressed or not); a result record is a
+zstd frame of a serialised ``batchpipe.v1.InferenceResult``. This is the only module
+that touches the generated protobuf code.
+
+Decoding never trusts the input: the value's size is checked before anything else and
+decompression is bounded (:mod:`worker.wire.compression`). Every failure is a
+:class:`~worker.errors.RequestError` carrying the ``custom_id`` when one was recovered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from worker.config import LimitsConfig
+from worker.errors import ErrorCode, RequestError
+from worker.wire._generated.batchpipe.v1 import inference_pb2 as pb
+from worker.wire.batchline import parse_line
+from worker.wire.compression import ZSTD_MAGIC, compress, inflate
+from worker.wire.messages import (
+    ChatMessage,
+    ErrorInfo,
+    FinishReason,
+    InferenceRequest,
+    InferenceResult,
+    SamplingParams,
+    Status,
+    Timings,
+    Usage,
+)
+from worker.wire.validation import validate_request as validate_request  # re-exported
+
+CONTENT_TYPE = "content-type"
+CONTENT_ENCODING = "content-encoding"
+REQUEST_TYPE = "batchpipe.v1.InferenceRequest"
+RESULT_TYPE = "batchpipe.v1.InferenceResult"
+REQUEST_CONTENT_TYPE = f"application/x-protobuf; type={REQUEST_TYPE}"
+RESULT_CONTENT_TYPE = f"application/x-protobuf; type={RESULT_TYPE}"
+JSON_CONTENT_TYPE = "application/json"
+ZSTD_ENCODING = "zstd"
+PROTOBUF_MEDIA_TYPES = frozenset({"application/x-protobuf", "application/protobuf"})
+
+HeaderValue = bytes | str | None
+#: Kafka record headers as confluent-kafka gives them: a list of pairs (a dict when produced)
+Headers = Sequence[tuple[str, HeaderValue]] | Mapping[str, HeaderValue]
+
+_STATUS: dict[Status, pb.Status] = {"completed": pb.STATUS_COMPLETED, "failed": pb.STATUS_FAILED}
+_FINISH: dict[FinishReason, pb.FinishReason] = {
+    "stop": pb.FINISH_REASON_STOP,
+    "length": pb.FINISH_REASON_LENGTH,
+    "error": pb.FINISH_REASON_ERROR,
+}
+_STATUS_NAME = {number: name for name, number in _STATUS.items()}
+_FINISH_NAME = {number: name for name, number in _FINISH.items()}
+
+
+@dataclass(frozen=True)
+class CodecLimits:
+    """Bounds on one record: its value's size, and its size once decompressed."""
+
+    max_message_bytes: int
+    max_decompressed_bytes: int
+
+    @classmethod
+    def from_config(cls, limits: LimitsConfig) -> CodecLimits:
+        return cls(limits.max_message_bytes, limits.max_decompressed_bytes)
+
+
+def _malformed(message: str, custom_id: str | None = None) -> RequestError:
+    return RequestError(ErrorCode.MALFORMED, message, custom_id)
+
+
+def _header(headers: Headers | None, name: str) -> str | None:
+    """The last value of header ``name`` (matched case-insensitively), as text."""
+    found: str | None = None
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    for key, value in pairs:
+        if key.lower() == name and value is not None:
+            found = value if isinstance(value, str) else value.decode("utf-8", "replace")
+    return found
+
+
+def _payload(value: bytes | None, headers: Headers | None, limits: CodecLimits) -> bytes:
+    """The record's value with its content-encoding undone, within ``limits``."""
+    if value is None:
+        raise _malformed("the record has no value")
+    if len(value) > limits.max_message_bytes:
+        raise RequestError(
+            ErrorCode.OVER_LIMIT,
+            f"the value is {len(value)} bytes, limit {limits.max_message_bytes}",
+        )
+    encoding = _header(headers, CONTENT_ENCODING)
+    if encoding is None:
+        encoding = ZSTD_ENCODING if value.startswith(ZSTD_MAGIC) else "identity"
+    encoding = encoding.strip().lower()
+    if encoding == ZSTD_ENCODING:
+        return inflate(value, limits.max_decompressed_bytes)
+    if encoding in ("identity", ""):
+        return value
+    raise _malformed(f"unsupported content-encoding {encoding!r}; use zstd")
+
+
+def _is_json(payload: bytes, headers: Headers | None, message_type: str) -> bool:
+    content_type = _header(headers, CONTENT_TYPE)
+    if content_type is None:
+        return payload.lstrip()[:1] == b"{"
+    media, *params = (part.strip() for part in content_type.split(";"))
+    media = media.lower()
+    named = {
+        k.strip().lower(): v.strip().strip('"') for k, _, v in (p.partition("=") for p in params)
+    }
+    if media == JSON_CONTENT_TYPE:
+        return True
+    if media in PROTOBUF_MEDIA_TYPES and named.get("type", message_type) == message_type:
+        return False
+    raise _malformed(
+        f"unsupported content-type {content_type!r}; use {JSON_CONTENT_TYPE!r} "
+        f"or 'application/x-protobuf; type={message_type}'"
+    )
+
+
+def _present(msg: Any, name: str) -> Any:
+    """A proto3 ``optional`` field's value, or None when unset."""
+    return getattr(msg, name) if msg.HasField(name) else None
+
+
+def _request_to_pb(req: InferenceRequest) -> pb.InferenceRequest:
+    s = req.sampling
+    msg = pb.InferenceRequest(
+        custom_id=req.custom_id,
+        batch_id=req.batch_id,
+        batch_total=req.batch_total,
+        model=req.model,
+        sampling=pb.SamplingParams(
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            seed=s.seed,
+            stop=s.stop,
+            presence_penalty=s.presence_penalty,
+            frequency_penalty=s.frequency_penalty,
+            repetition_penalty=s.repetition_penalty,
+        ),
+        enable_thinking=req.enable_thinking,
+        metadata=req.metadata,
+        priority=req.priority,
+        deadline=req.deadline,
+        submitted_at=req.submitted_at,
+    )
+    # Setting a oneof member selects it; the last one set would win, so set only one.
+    if req.messages:
+        msg.messages.items.extend(
+            pb.ChatMessage(role=m.role, content=m.content) for m in req.messages
+        )
+    elif req.prompt is not None:
+        msg.prompt = req.prompt
+    elif req.prompt_token_ids:
+        msg.prompt_token_ids.ids.extend(req.prompt_token_ids)
+    return msg
+
+
+def _request_from_pb(msg: pb.InferenceRequest) -> InferenceRequest:
+    s = msg.sampling
+    return InferenceRequest(
+        custom_id=msg.custom_id,
+        batch_id=msg.batch_id,
+        batch_total=msg.batch_total,
+        model=msg.model,
+        messages=tuple(ChatMessage(m.role, m.content) for m in msg.messages.items),
+        prompt=msg.prompt if msg.WhichOneof("input") == "prompt" else None,
+        prompt_token_ids=tuple(msg.prompt_token_ids.ids),
+        sampling=SamplingParams(
+            max_tokens=_present(s, "max_tokens"),
+            temperature=_present(s, "temperature"),
+            top_p=_present(s, "top_p"),
+            top_k=_present(s, "top_k"),
+            seed=_present(s, "seed"),
+            stop=tuple(s.stop),
+            presence_penalty=_present(s, "presence_penalty"),
+            frequency_penalty=_present(s, "frequency_penalty"),
+            repetition_penalty=_present(s, "repetition_penalty"),
+        ),
+        enable_thinking=_present(msg, "enable_thinking"),
+        metadata=MappingProxyType(dict(msg.metadata)),
+        priority=msg.priority,
+        deadline=_present(msg, "deadline"),
+        submitted_at=_present(msg, "submitted_at"),
+    )
+
+
+def encode_request(req: InferenceRequest) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """The record value (a zstd frame declaring its size) and headers for ``req``.
+
+    ``req`` should have passed :func:`validate_request`: if it holds more than one input,
+    only the first of messages, prompt, token ids is sent; integers beyond the protobuf
+    field ranges raise ``ValueError``.
+    """
+    value = compress(_request_to_pb(req).SerializeToString())
+    return value, [
+        (CONTENT_TYPE, REQUEST_CONTENT_TYPE.encode()),
+        (CONTENT_ENCODING, ZSTD_ENCODING.encode()),
+    ]
+
+
+def decode_request(
+    value: bytes | None, headers: Headers | None, limits: CodecLimits
+) -> InferenceRequest:
+    """The validated request in a record, or :class:`RequestError` 4001/4002/4003.
+
+    Without headers the encoding is sniffed (zstd magic number) and so is the type
+    (a leading ``{`` is a JSON batch line, anything else protobuf).
+    """
+    payload = _payload(value, headers, limits)
+    if _is_json(payload, headers, REQUEST_TYPE):
+        return parse_line(payload)
+    msg = pb.InferenceRequest()
+    try:
+        msg.ParseFromString(payload)
+    except DecodeError as exc:
+        raise _malformed(f"not a valid protobuf {REQUEST_TYPE}: {exc}") from exc
+    req = _request_from_pb(msg)
+    validate_request(req)
+    return req
+
+
+def encode_result(res: InferenceResult) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """The record value (a zstd frame declaring its size) and headers for ``res``."""
+    msg = pb.InferenceResult(
+        custom_id=res.custom_id,
+        batch_id=res.batch_id,
+        batch_total=res.batch_total,
+        metadata=res.metadata,
+        status=_STATUS[res.status],
+        text=res.text,
+        finish_reason=_FINISH[res.finish_reason],
+        usage=pb.Usage(
+            prompt_tokens=res.usage.prompt_tokens,
+            completion_tokens=res.usage.completion_tokens,
+            reasoning_tokens=res.usage.reasoning_tokens,
+        ),
+        timings=pb.Timings(
+            queued_s=res.timings.queued_s,
+            batch_wait_s=res.timings.batch_wait_s,
+            engine_s=res.timings.engine_s,
+        ),
+        batch_size=res.batch_size,
+        model=res.model,
+        worker_id=res.worker_id,
+        created_at=res.created_at,
+    )
+    if res.error is not None:
+        msg.error.code = res.error.code
+        msg.error.message = res.error.message
+    value = compress(msg.SerializeToString())
+    return value, [
+        (CONTENT_TYPE, RESULT_CONTENT_TYPE.encode()),
+        (CONTENT_ENCODING, ZSTD_ENCODING.encode()),
+    ]
+
+
+def decode_result(
+    value: bytes | None, headers: Headers | None, limits: CodecLimits | None = None
+) -> InferenceResult:
+    """The result in a record; :class:`RequestError` 4001/4003 if it holds none.
+
+    A failed result always carries an error and a completed one never does.
+    """
+    payload = _payload(value, headers, limits or CodecLimits.from_config(LimitsConfig()))
+    if _is_json(payload, headers, RESULT_TYPE):
+        raise _malformed(f"results are protobuf {RESULT_TYPE}, not JSON")
+    msg = pb.InferenceResult()
+    try:
+        msg.ParseFromString(payload)
+    except DecodeError as exc:
+        raise _malformed(f"not a valid protobuf {RESULT_TYPE}: {exc}") from exc
+    custom_id = msg.custom_id or None
+    status = _STATUS_NAME.get(msg.status)
+    finish_reason = _FINISH_NAME.get(msg.finish_reason)
+    if status is None or finish_reason is None:
+        raise _malformed("result without a valid status and finish_reason", custom_id)
+    if (status == "failed") != msg.HasField("error"):
+        raise _malformed("a result carries an error exactly when it failed", custom_id)
+    return InferenceResult(
+        custom_id=msg.custom_id,
+        batch_id=msg.batch_id,
+        batch_total=msg.batch_total,
+        metadata=MappingProxyType(dict(msg.metadata)),
+        status=status,
+        text=msg.text,
+        finish_reason=finish_reason,
+        usage=Usage(
+            msg.usage.prompt_tokens, msg.usage.completion_tokens, msg.usage.reasoning_tokens
+        ),
+        error=ErrorInfo(msg.error.code, msg.error.message) if msg.HasField("error") else None,
+        timings=Timings(msg.timings.queued_s, msg.timings.batch_wait_s, msg.timings.engine_s),
+        batch_size=msg.batch_size,
+        model=msg.model,
+        worker_id=msg.worker_id,
+        created_at=msg.created_at,
+    )

@@ -1,0 +1,122 @@
+"""Domain objects that cross module boundaries: requests, results and their parts.
+
+These are the in-process form of the wire contract in ``proto/batchpipe/v1``;
+only :mod:`worker.wire.codec` converts between them and protobuf or JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+Role = Literal["system", "user", "assistant", "tool", "developer"]
+FinishReason = Literal["stop", "length", "error"]
+Status = Literal["completed", "failed"]
+
+
+def _frozen(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Generation settings. ``None`` means "use the worker's default"."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+
+    @property
+    def deterministic(self) -> bool:
+        """Greedy decoding or a fixed seed: identical inputs give identical outputs."""
+        return (self.temperature is not None and self.temperature == 0) or self.seed is not None
+
+
+@dataclass(frozen=True)
+class InferenceRequest:
+    """One request. Exactly one of ``messages``, ``prompt`` or ``prompt_token_ids`` is set."""
+
+    custom_id: str
+    batch_id: str = ""
+    batch_total: int = 0
+    model: str = ""
+    messages: tuple[ChatMessage, ...] = ()
+    prompt: str | None = None
+    prompt_token_ids: tuple[int, ...] = ()
+    sampling: SamplingParams = SamplingParams()
+    enable_thinking: bool | None = None
+    metadata: Mapping[str, str] = field(default_factory=_frozen)
+    priority: int = 0
+    deadline: float | None = None  # unix seconds
+    submitted_at: float | None = None  # unix seconds
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    code: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Seconds spent by a request: waiting for admission, in the batcher, in the engine."""
+
+    queued_s: float = 0.0
+    batch_wait_s: float = 0.0
+    engine_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class InferenceResult:
+    """The one answer to a request: a completion (``status == "completed"``) or an error."""
+
+    custom_id: str
+    batch_id: str = ""
+    batch_total: int = 0
+    metadata: Mapping[str, str] = field(default_factory=_frozen)
+    status: Status = "completed"
+    text: str = ""
+    finish_reason: FinishReason = "stop"
+    usage: Usage = Usage()
+    error: ErrorInfo | None = None
+    timings: Timings = Timings()
+    batch_size: int = 0
+    model: str = ""
+    worker_id: str = ""
+    created_at: float = 0.0  # unix seconds, when the worker produced it
+
+    @property
+    def result_id(self) -> str:
+        """Stable id derived from (batch_id, custom_id): duplicates share it."""
+        return result_id(self.batch_id, self.custom_id)
+
+
+def result_id(batch_id: str, custom_id: str) -> str:
+    digest = hashlib.sha256(f"{batch_id}\x00{custom_id}".encode()).hexdigest()[:24]
+    return f"batch_req_{digest}"

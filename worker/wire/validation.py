@@ -1,0 +1,97 @@
+"""The one set of value rules for a request, whichever wire form it arrived in.
+
+:func:`validate_request` runs on every decoded request — protobuf or JSON batch line —
+so both forms accept and reject exactly the same values. Ranges follow the OpenAI chat
+completions API; the integer bounds are those of the protobuf fields, so every request
+that passes can be encoded.
+"""
+
+from __future__ import annotations
+
+import math
+
+from worker.errors import ErrorCode, RequestError
+from worker.wire.messages import InferenceRequest
+
+ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
+MAX_STOP = 16
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _invalid(req: InferenceRequest, message: str) -> RequestError:
+    return RequestError(ErrorCode.INVALID_PARAMETER, message, req.custom_id)
+
+
+def _check_float(
+    req: InferenceRequest,
+    name: str,
+    value: float | None,
+    low: float,
+    high: float,
+    *,
+    low_open: bool = False,
+) -> None:
+    if value is None:
+        return
+    too_low = value <= low if low_open else value < low
+    if not math.isfinite(value) or too_low or value > high:
+        bracket = "(" if low_open else "["
+        raise _invalid(req, f"{name} must be in {bracket}{low:g}, {high:g}], got {value!r}")
+
+
+def _check_int(req: InferenceRequest, name: str, value: int | None, low: int, high: int) -> None:
+    if value is not None and not low <= value <= high:
+        raise _invalid(req, f"{name} must be between {low} and {high}, got {value}")
+
+
+def _check_input(req: InferenceRequest) -> None:
+    given = [
+        name
+        for name, present in (
+            ("messages", bool(req.messages)),
+            ("prompt", req.prompt is not None),
+            ("prompt_token_ids", bool(req.prompt_token_ids)),
+        )
+        if present
+    ]
+    if not given:
+        raise _invalid(req, "the request has no input: give messages, a prompt or token ids")
+    if len(given) > 1:
+        raise _invalid(req, f"give exactly one input, got {' and '.join(given)}")
+    for message in req.messages:
+        if message.role not in ROLES:
+            raise _invalid(
+                req, f"message role {message.role!r} is not one of {', '.join(sorted(ROLES))}"
+            )
+    if any(not 0 <= token <= INT32_MAX for token in req.prompt_token_ids):
+        raise _invalid(req, f"prompt_token_ids must be between 0 and {INT32_MAX}")
+
+
+def validate_request(req: InferenceRequest) -> None:
+    """Raise :class:`RequestError` unless every value of ``req`` is acceptable.
+
+    4001 for a missing ``custom_id`` (without ``custom_id`` set on the error, since
+    there is none to answer to); 4002, carrying ``req.custom_id``, for a value out of
+    range, a missing or ambiguous input, or an unknown message role.
+    Limits that depend on the worker (tokens, model name) are checked by the worker.
+    """
+    if not req.custom_id:
+        raise RequestError(ErrorCode.MALFORMED, "custom_id is missing or empty")
+    _check_input(req)
+    s = req.sampling
+    _check_int(req, "max_tokens", s.max_tokens, 1, INT32_MAX)
+    _check_float(req, "temperature", s.temperature, 0.0, 2.0)
+    _check_float(req, "top_p", s.top_p, 0.0, 1.0, low_open=True)
+    _check_int(req, "top_k", s.top_k, 0, INT32_MAX)
+    _check_int(req, "seed", s.seed, INT64_MIN, INT64_MAX)
+    _check_float(req, "presence_penalty", s.presence_penalty, -2.0, 2.0)
+    _check_float(req, "frequency_penalty", s.frequency_penalty, -2.0, 2.0)
+    _check_float(req, "repetition_penalty", s.repetition_penalty, 0.0, math.inf, low_open=True)
+    if len(s.stop) > MAX_STOP or any(not stop for stop in s.stop):
+        raise _invalid(req, f"stop must hold at most {MAX_STOP} non-empty strings")
+    _check_int(req, "batch_total", req.batch_total, 0, INT32_MAX)
+    _check_int(req, "priority", req.priority, -INT32_MAX - 1, INT32_MAX)
+    for name, when in (("deadline", req.deadline), ("submitted_at", req.submitted_at)):
+        if when is not None and not (math.isfinite(when) and when >= 0):
+            raise _invalid(req, f"{name} must be unix seconds (a finite number >= 0)")
