@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from worker.config import EngineConfig
-from worker.engines.base import Completion, EngineInput
+from worker.config import EngineConfig, GenerationConfig
+from worker.engines.base import Completion, EngineInput, ResolvedSampling
 from worker.engines.hf.engine import HFEngine
 from worker.engines.hf.model import load_pretrained, resolve_dtype
 from worker.engines.models import DEFAULT_MODEL, locate_model
@@ -53,7 +53,9 @@ def requests(engine: HFEngine) -> list[EngineInput]:
         text = STYLES[i % len(STYLES)].format(topic)
         chat = (ChatMessage("user", text),)
         ids = engine.encode(InferenceRequest(custom_id=str(i), messages=chat))
-        greedy = SamplingParams(max_tokens=NEW_TOKENS, temperature=0)
+        greedy = ResolvedSampling.resolve(
+            SamplingParams(max_tokens=NEW_TOKENS, temperature=0), None, GenerationConfig()
+        )
         inputs.append(EngineInput(str(i), ids, greedy))
     return inputs
 

@@ -37,8 +37,8 @@ from matplotlib.figure import Figure  # no pyplot: no global state, no display b
 from batcher import BatchLimits, DynamicBatcher, Pending
 from batcher.formation import prefix_key_of
 from bench.common import RESULTS, write_result
-from worker.config import BatchingConfig, EngineConfig
-from worker.engines.base import Completion, EngineInput
+from worker.config import BatchingConfig, EngineConfig, GenerationConfig
+from worker.engines.base import Completion, EngineInput, ResolvedSampling
 from worker.engines.hf.engine import HFEngine
 from worker.engines.hf.model import load_pretrained, resolve_dtype
 from worker.engines.models import DEFAULT_MODEL, locate_model
@@ -68,7 +68,8 @@ def workload(n: int, vocab: int, seed: int) -> list[EngineInput]:
         else:
             head = []
         ids = (*head, *(rng.choice(ordinary) for _ in range(length - len(head))))
-        sampling = SamplingParams(max_tokens=rng.randint(*MAX_TOKENS_RANGE), temperature=0.0)
+        greedy = SamplingParams(max_tokens=rng.randint(*MAX_TOKENS_RANGE), temperature=0.0)
+        sampling = ResolvedSampling.resolve(greedy, None, GenerationConfig())
         inputs.append(EngineInput(f"r{i}", ids, sampling))
     rng.shuffle(inputs)
     return inputs
@@ -92,7 +93,7 @@ def drive(run: Run, inputs: list[EngineInput], length_aware: bool, shared: bool)
     limits = BatchLimits(length_aware=length_aware, shared_prefix=shared)
     batcher: DynamicBatcher[EngineInput] = DynamicBatcher(limits, dedup=False)
     for n, item in enumerate(inputs):
-        ids, max_tokens = item.prompt_token_ids, item.sampling.max_tokens or 0
+        ids, max_tokens = item.prompt_token_ids, item.sampling.max_tokens
         key = prefix_key_of(ids) if shared else None
         queued = Pending(item.key, ("bench", 0), n, len(ids), max_tokens, 0.0, item)
         batcher.add(replace(queued, prefix_key=key), 0.0)
@@ -224,7 +225,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         engine.load()
         # warm-up on a short prompt of its own: first-call allocations, not the system prompt
-        engine.run_batch([EngineInput("w", tuple(range(100, 120)), SamplingParams(2))], _ignore)
+        warm = ResolvedSampling.resolve(SamplingParams(2), None, GenerationConfig())
+        engine.run_batch([EngineInput("w", tuple(range(100, 120)), warm)], _ignore)
         run = Run(name, engine)
         runs.append(run)
         drivers.append(drive(run, inputs, length_aware, shared))

@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from worker.config import BatchingConfig, EngineConfig
-from worker.engines.base import Completion, EngineInput
+from worker.config import BatchingConfig, EngineConfig, GenerationConfig
+from worker.engines.base import Completion, EngineInput, ResolvedSampling
 from worker.engines.hf.engine import HFEngine
 from worker.engines.hf.pinned import PinnedBufferPool
 from worker.wire.messages import SamplingParams
@@ -110,7 +110,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rng = random.Random(0)
     count = max(8, 2 * max(sizes))
     prompts = [tuple(rng.randrange(3, VOCAB) for _ in range(PROMPT_TOKENS)) for _ in range(count)]
-    greedy = SamplingParams(max_tokens=NEW_TOKENS, temperature=0)
+    greedy = ResolvedSampling.resolve(
+        SamplingParams(max_tokens=NEW_TOKENS, temperature=0), None, GenerationConfig()
+    )
     inputs = [EngineInput(str(i), ids, greedy) for i, ids in enumerate(prompts)]
     result: dict[str, Any] = {
         "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "none (cpu)",

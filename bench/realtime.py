@@ -38,8 +38,8 @@ import torch
 from bench.common import fresh_config, worker_thread, write_result
 from bench.wire import ResultReader, percentile, prompt_fetch, summary_requests, timestamped
 from tests.integration.harness import publish
-from worker.config import BatchingConfig, EngineConfig
-from worker.engines.base import Completion, EngineInput
+from worker.config import BatchingConfig, EngineConfig, GenerationConfig
+from worker.engines.base import Completion, EngineInput, ResolvedSampling
 from worker.engines.hf.engine import HFEngine
 from worker.engines.hf.model import load_pretrained, resolve_dtype
 from worker.engines.models import DEFAULT_MODEL, locate_model
@@ -103,7 +103,14 @@ def _engine(model: tuple[Any, Any]) -> HFEngine:
 
 
 def _inputs(engine: HFEngine, requests: Sequence[InferenceRequest]) -> list[EngineInput]:
-    return [EngineInput(r.custom_id, engine.encode(r), r.sampling) for r in requests]
+    return [
+        EngineInput(
+            r.custom_id,
+            engine.encode(r),
+            ResolvedSampling.resolve(r.sampling, r.enable_thinking, GenerationConfig()),
+        )
+        for r in requests
+    ]
 
 
 def alone_and_ideal(engine: HFEngine, inputs: Sequence[EngineInput]) -> tuple[Served, Served]:
@@ -132,9 +139,7 @@ def through_worker(
     with EmbeddedBroker() as broker:
         config = replace(fresh_config(broker.bootstrap, **vars(BATCHING)), engine=ENGINE)
         config = prompt_fetch(config)
-        engine = HFEngine(
-            ENGINE, config.generation, config.batching, ignore_eos=True, preloaded=model
-        )
+        engine = HFEngine(ENGINE, config.batching, ignore_eos=True, preloaded=model)
         reader = ResultReader(config)
         with worker_thread(config, engine) as worker:
             warm = [replace(r, custom_id=f"warm-{r.custom_id}") for r in requests[:2]]

@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 
 from batcher import Pending, prefix_key_of
 from worker.config import BatchingConfig, GenerationConfig
-from worker.engines.base import Engine, EngineInput
+from worker.engines.base import Engine, EngineInput, ResolvedSampling
 from worker.errors import ErrorCode, RequestError
 from worker.jobs import Identity, Job, Source, failed
 from worker.wire.codec import CodecLimits, Headers, decode_request
-from worker.wire.messages import InferenceRequest, InferenceResult, SamplingParams
+from worker.wire.messages import InferenceRequest, InferenceResult
 
 
 @dataclass(frozen=True)
@@ -93,11 +93,13 @@ class Intake:
                 f"deadline passed {wall - request.deadline:.3f}s before the request ran",
                 request.custom_id,
             )
-        request = self._with_defaults(request)
-        sampling = request.sampling
-        assert sampling.max_tokens is not None
+        sampling = ResolvedSampling.resolve(
+            request.sampling, request.enable_thinking, self._generation
+        )
         try:
-            token_ids = self._engine.encode(request)
+            token_ids = self._engine.encode(
+                replace(request, enable_thinking=sampling.enable_thinking)
+            )
         except RequestError:
             raise
         except Exception as exc:  # a tokenizer failure is this request's problem only
@@ -136,26 +138,14 @@ class Intake:
             prefix_key=prefix_key_of(token_ids) if self._batching.shared_prefix else None,
         )
 
-    def _with_defaults(self, request: InferenceRequest) -> InferenceRequest:
-        s = request.sampling
-        gen = self._generation
-        return replace(
-            request,
-            sampling=replace(
-                s,
-                max_tokens=gen.max_tokens if s.max_tokens is None else s.max_tokens,
-                temperature=gen.temperature if s.temperature is None else s.temperature,
-            ),
-            enable_thinking=(
-                gen.enable_thinking if request.enable_thinking is None else request.enable_thinking
-            ),
-        )
 
-
-def _dedup_key(token_ids: Sequence[int], sampling: SamplingParams) -> bytes | None:
+def _dedup_key(token_ids: Sequence[int], sampling: ResolvedSampling) -> bytes | None:
     """Same key ⇔ byte-identical model input and identical deterministic sampling."""
     if not sampling.deterministic:
         return None
+    if not sampling.seeded:
+        # greedy: the seed drawn at admission is unused and differs between identical requests
+        sampling = replace(sampling, seed=0)
     digest = hashlib.blake2b(digest_size=16)
     digest.update(array("q", token_ids).tobytes())  # one C call, not a loop per token
     digest.update(repr(sampling).encode())

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from worker.engines.base import Completion, Engine, EngineInput, EngineOutOfMemory
 from worker.errors import ErrorCode
-from worker.wire.messages import ErrorInfo
 
 log = logging.getLogger(__name__)
 
@@ -129,9 +128,4 @@ class EngineRunner:
 
 def _failure(item: EngineInput, exc: BaseException) -> Completion:
     message = f"engine failed: {type(exc).__name__}: {exc}"
-    return Completion(
-        key=item.key,
-        finish_reason="error",
-        prompt_tokens=len(item.prompt_token_ids),
-        error=ErrorInfo(code=int(ErrorCode.ENGINE_FAILED), message=message),
-    )
+    return Completion.failed(item.key, ErrorCode.ENGINE_FAILED, message, len(item.prompt_token_ids))

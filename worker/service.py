@@ -61,7 +61,7 @@ class Worker:
     def __init__(self, config: Config, engine: Engine | None = None) -> None:
         self.config = config
         self.worker_id = config.worker.worker_id or f"{socket.gethostname()}-{os.getpid()}"
-        self.engine = engine or create_engine(config.engine, config.generation, config.batching)
+        self.engine = engine or create_engine(config.engine, config.batching)
         self.identity = Identity(worker_id=self.worker_id, model=self.engine.model_name)
         b = config.batching
         self.metrics = WorkerMetrics(

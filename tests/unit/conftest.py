@@ -10,6 +10,10 @@ from typing import Any
 
 import pytest
 
+from worker.config import GenerationConfig
+from worker.engines.base import ResolvedSampling
+from worker.wire.messages import SamplingParams
+
 TINY_WORDS = (
     "what is two plus the name a color write short poem about sea who wrote hamlet",
     "hello world one three four five red blue green wave sun moon star tree bird fish",
@@ -19,6 +23,11 @@ TINY_TEMPLATE = (
     "<s>{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
     "{% if enable_thinking %}think {% endif %}assistant"
 )
+
+
+def resolved(**sampling: Any) -> ResolvedSampling:
+    """``SamplingParams(**sampling)`` as intake resolves it under the default configuration."""
+    return ResolvedSampling.resolve(SamplingParams(**sampling), None, GenerationConfig())
 
 
 def tiny_llama(vocab_size: int = 96, seed: int = 0) -> tuple[Any, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from worker.config import GenerationConfig
 from worker.engines.base import Completion, Engine, EngineInput, OnComplete
 from worker.engines.utilization import BusyMeter
 from worker.errors import ErrorCode, RequestError
@@ -43,12 +42,12 @@ def reply_text(prompt: str) -> str:
     return body[:end]
 
 
-def echo_completion(item: EngineInput, default_max_tokens: int) -> Completion:
+def echo_completion(item: EngineInput) -> Completion:
     """The echo engine's answer to one input; stop strings and max_tokens as a model would."""
     reply = reply_text(bytes(item.prompt_token_ids).decode("utf-8", "replace"))
-    limit = item.sampling.max_tokens if item.sampling.max_tokens is not None else default_max_tokens
+    limit = item.sampling.max_tokens
     data = reply.encode()
-    hits = [(reply.find(s), s) for s in item.sampling.stop if s and s in reply]
+    hits = [(reply.find(s), s) for s in item.sampling.stop if s in reply]
     if hits:
         cut, stop = min(hits, key=lambda hit: hit[0])
         # a model emits the stop string's tokens before it notices them
@@ -73,15 +72,8 @@ def _completion(item: EngineInput, text: str, finish: FinishReason, tokens: int)
 class EchoEngine(Engine):
     """Echoes prompts back; each input completes after its own simulated decoding time."""
 
-    def __init__(
-        self,
-        generation: GenerationConfig | None = None,
-        *,
-        delay_per_batch_s: float = 0.0,
-        delay_per_token_s: float = 0.0,
-    ) -> None:
+    def __init__(self, *, delay_per_batch_s: float = 0.0, delay_per_token_s: float = 0.0) -> None:
         self.model_name = "echo"
-        self._default_max_tokens = (generation or GenerationConfig()).max_tokens
         self._delay_per_batch_s = delay_per_batch_s
         self._delay_per_token_s = delay_per_token_s
         self._meter = BusyMeter()
@@ -108,7 +100,7 @@ class EchoEngine(Engine):
 
     def run_batch(self, inputs: Sequence[EngineInput], on_complete: OnComplete) -> None:
         with self._meter.busy():
-            completions = [echo_completion(item, self._default_max_tokens) for item in inputs]
+            completions = [echo_completion(item) for item in inputs]
             start = time.monotonic()
             # a static batch decodes all rows together: shorter answers are ready first
             for completion in sorted(completions, key=lambda c: c.completion_tokens):

@@ -6,25 +6,23 @@ when ``kind: trtllm`` is chosen (and then only by ``load()``).
 
 from __future__ import annotations
 
-from worker.config import BatchingConfig, EngineConfig, GenerationConfig
+from worker.config import BatchingConfig, EngineConfig
 from worker.engines.base import Engine
 from worker.errors import ModelLoadError
 
 
-def create_engine(
-    engine: EngineConfig, generation: GenerationConfig, batching: BatchingConfig
-) -> Engine:
+def create_engine(engine: EngineConfig, batching: BatchingConfig) -> Engine:
     """An unloaded engine for ``engine.kind``; the caller calls ``load()``."""
     if engine.kind == "echo":
         from worker.engines.echo import EchoEngine
 
-        return EchoEngine(generation, delay_per_token_s=engine.simulated_token_s)
+        return EchoEngine(delay_per_token_s=engine.simulated_token_s)
     if engine.kind == "hf":
         from worker.engines.hf.engine import HFEngine
 
-        return HFEngine(engine, generation, batching)
+        return HFEngine(engine, batching)
     if engine.kind == "trtllm":
         from worker.engines.trtllm import TrtLlmEngine
 
-        return TrtLlmEngine(engine, generation, batching)
+        return TrtLlmEngine(engine, batching)
     raise ModelLoadError(f"unknown engine kind {engine.kind!r}: expected hf, trtllm or echo")

@@ -10,7 +10,9 @@ What was verified, and how: this module is written against the TensorRT-LLM 1.x 
 (PyTorch backend, the default from 1.0; the project pins ``tensorrt-llm>=1.2,<1.3``) as
 read from the NVIDIA/TensorRT-LLM sources — ``tensorrt_llm/llmapi/llm.py`` (``LLM``,
 ``generate_async``), ``tensorrt_llm/sampling_params.py`` (``SamplingParams``: stop strings
-are tokenized by ``_setup`` only when ``end_id`` is left unset; greedy is ``top_k=1``),
+are tokenized by ``_setup`` only when ``end_id`` is left unset; greedy is ``top_k=1``;
+``top_k=0`` and ``top_p=1`` leave all tokens in; the penalties' neutral values are
+repetition 1, presence 0 and frequency 0),
 ``tensorrt_llm/executor/result.py`` (``aresult()``, ``CompletionOutput.finish_reason`` /
 ``token_ids``, whose END_ID token is kept and whose stop-word tokens are trimmed) and
 ``tensorrt_llm/llmapi/llm_args.py`` (``KvCacheConfig``). It has NOT been executed: this
@@ -24,12 +26,12 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from worker.config import BatchingConfig, EngineConfig, GenerationConfig
+from worker.config import BatchingConfig, EngineConfig
 from worker.engines.base import Completion, Engine, EngineInput, OnComplete
 from worker.engines.models import locate_model
 from worker.engines.utilization import BusyMeter, gpu_counter
 from worker.errors import ErrorCode, ModelLoadError
-from worker.wire.messages import ErrorInfo, InferenceRequest
+from worker.wire.messages import InferenceRequest
 
 
 class TrtLlmEngine(Engine):
@@ -38,13 +40,11 @@ class TrtLlmEngine(Engine):
     def __init__(
         self,
         engine: EngineConfig | None = None,
-        generation: GenerationConfig | None = None,
         batching: BatchingConfig | None = None,
         *,
         ignore_eos: bool = False,
     ) -> None:
         self._config = engine or EngineConfig(kind="trtllm")
-        self._generation = generation or GenerationConfig()
         self._batching = batching or BatchingConfig()
         self._ignore_eos = ignore_eos
         self.model_name = self._config.model
@@ -89,7 +89,7 @@ class TrtLlmEngine(Engine):
         except Exception as exc:
             raise ModelLoadError(f"TensorRT-LLM cannot load {source}: {exc}") from exc
         self._sampling_params = SamplingParams
-        self._encoder = ChatEncoder(tokenizer, len(tokenizer), self._generation.enable_thinking)
+        self._encoder = ChatEncoder(tokenizer, len(tokenizer))
         self._loop = asyncio.new_event_loop()
         self._gpu_counter = gpu_counter()
 
@@ -132,15 +132,13 @@ class TrtLlmEngine(Engine):
 
     def _params(self, item: EngineInput) -> Any:
         s = item.sampling
-        temperature = s.temperature if s.temperature is not None else self._generation.temperature
-        greedy = temperature == 0
         # end_id stays unset: SamplingParams._setup then takes it from the tokenizer and
         # tokenizes the stop strings (an explicit end_id would skip both)
         return self._sampling_params(
-            max_tokens=s.max_tokens if s.max_tokens is not None else self._generation.max_tokens,
-            temperature=None if greedy else temperature,
-            top_k=1 if greedy else s.top_k,
-            top_p=None if greedy else s.top_p,
+            max_tokens=s.max_tokens,
+            temperature=None if s.greedy else s.temperature,
+            top_k=1 if s.greedy else s.top_k,
+            top_p=None if s.greedy else s.top_p,
             seed=s.seed,
             stop=list(s.stop) or None,
             repetition_penalty=s.repetition_penalty,
@@ -184,9 +182,4 @@ class TrtLlmEngine(Engine):
 
 
 def _failed(item: EngineInput, message: str) -> Completion:
-    return Completion(
-        key=item.key,
-        finish_reason="error",
-        prompt_tokens=len(item.prompt_token_ids),
-        error=ErrorInfo(int(ErrorCode.ENGINE_FAILED), message),
-    )
+    return Completion.failed(item.key, ErrorCode.ENGINE_FAILED, message, len(item.prompt_token_ids))

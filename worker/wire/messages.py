@@ -29,7 +29,11 @@ class ChatMessage:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Generation settings. ``None`` means "use the worker's default"."""
+    """Generation settings as requested. ``None`` means unset: the worker's configured
+    default for ``max_tokens`` and ``temperature``, the setting off for the others.
+
+    Resolved once, at admission, into :class:`~worker.engines.base.ResolvedSampling`.
+    """
 
     max_tokens: int | None = None
     temperature: float | None = None
@@ -40,11 +44,6 @@ class SamplingParams:
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
-
-    @property
-    def deterministic(self) -> bool:
-        """Greedy decoding or a fixed seed: identical inputs give identical outputs."""
-        return (self.temperature is not None and self.temperature == 0) or self.seed is not None
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,15 @@ import torch
 from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 from transformers import GenerationConfig as HFGenerationConfig
 
-from worker.config import BatchingConfig, EngineConfig, GenerationConfig
-from worker.engines.base import Completion, Engine, EngineInput, EngineOutOfMemory, OnComplete
+from worker.config import BatchingConfig, EngineConfig
+from worker.engines.base import (
+    Completion,
+    Engine,
+    EngineInput,
+    EngineOutOfMemory,
+    OnComplete,
+    ResolvedSampling,
+)
 from worker.engines.hf.model import (
     ChatEncoder,
     configure_cpu_threads,
@@ -43,11 +50,11 @@ from worker.engines.hf.model import (
 )
 from worker.engines.hf.pinned import PinnedBufferPool
 from worker.engines.hf.prefix_cache import PrefixCache
-from worker.engines.hf.sampling import RowSampler, RowSettings, RowTracker
+from worker.engines.hf.sampling import RowSampler, RowTracker, plain_greedy
 from worker.engines.models import locate_model
 from worker.engines.utilization import BusyMeter, gpu_counter
 from worker.errors import ErrorCode, ModelLoadError
-from worker.wire.messages import ErrorInfo, InferenceRequest
+from worker.wire.messages import InferenceRequest
 
 
 class HFEngine(Engine):
@@ -61,14 +68,12 @@ class HFEngine(Engine):
     def __init__(
         self,
         engine: EngineConfig | None = None,
-        generation: GenerationConfig | None = None,
         batching: BatchingConfig | None = None,
         *,
         ignore_eos: bool = False,
         preloaded: tuple[Any, Any] | None = None,
     ) -> None:
         self._config = engine or EngineConfig(kind="hf")
-        self._generation = generation or GenerationConfig()
         self._batching = batching or BatchingConfig()
         self._ignore_eos = ignore_eos
         self._preloaded = preloaded
@@ -102,7 +107,7 @@ class HFEngine(Engine):
         except Exception as exc:  # moving to the device, an unexpected architecture
             raise ModelLoadError(f"cannot load model {self._config.model!r}: {exc}") from exc
         self._model = model
-        self._encoder = ChatEncoder(tokenizer, vocab, self._generation.enable_thinking)
+        self._encoder = ChatEncoder(tokenizer, vocab)
         self._eos = eos_token_ids(model, tokenizer)
         self._pad = int(tokenizer.pad_token_id)
         self._pool = PinnedBufferPool(
@@ -161,22 +166,21 @@ class HFEngine(Engine):
         except Exception as exc:
             if item.key not in answered:
                 complete(
-                    Completion(
-                        key=item.key,
-                        finish_reason="error",
-                        prompt_tokens=len(item.prompt_token_ids),
-                        error=ErrorInfo(int(ErrorCode.ENGINE_FAILED), f"engine failed: {exc}"),
+                    Completion.failed(
+                        item.key,
+                        ErrorCode.ENGINE_FAILED,
+                        f"engine failed: {exc}",
+                        len(item.prompt_token_ids),
                     )
                 )
 
     def _generate(self, inputs: Sequence[EngineInput], complete: OnComplete) -> None:
         if self._pool is None or self._model is None:
             raise RuntimeError("HFEngine.load() has not been called")
-        live: list[tuple[EngineInput, RowSettings]] = []
+        live: list[EngineInput] = []
         for item in inputs:
-            row = RowSettings.resolve(item.sampling, self._generation)
-            if row.max_tokens > 0:
-                live.append((item, row))
+            if item.sampling.max_tokens > 0:
+                live.append(item)
             else:
                 complete(
                     Completion(
@@ -187,14 +191,13 @@ class HFEngine(Engine):
                 )
         if not live:
             return
-        items = [item for item, _ in live]
-        rows = [row for _, row in live]
-        prompts = [item.prompt_token_ids for item in items]
+        rows = [item.sampling for item in live]
+        prompts = [item.prompt_token_ids for item in live]
         input_ids, attention_mask, cache = self._layout(self._pool, prompts, rows)
         padded = input_ids.shape[1]
-        tracker = RowTracker(items, rows, padded, self._eos, self.encoder.decode, complete)
+        tracker = RowTracker(live, padded, self._eos, self.encoder.decode, complete)
         processors = LogitsProcessorList()
-        if not all(row.plain_greedy for row in rows):
+        if not all(plain_greedy(row) for row in rows):
             processors.append(RowSampler(rows, [len(p) for p in prompts], padded))
         max_new = max(row.max_tokens for row in rows)
         config = HFGenerationConfig(  # type: ignore[no-untyped-call]
@@ -221,7 +224,7 @@ class HFEngine(Engine):
         self,
         pool: PinnedBufferPool,
         prompts: Sequence[tuple[int, ...]],
-        rows: Sequence[RowSettings],
+        rows: Sequence[ResolvedSampling],
     ) -> tuple[torch.Tensor, torch.Tensor, DynamicCache | None]:
         """Input ids, attention mask and starting KV cache of one ``generate`` call.
 
@@ -230,7 +233,7 @@ class HFEngine(Engine):
         """
         prefixes = self._prefixes
         plan = None
-        if prefixes is not None and not any(row.repetition_penalty for row in rows):
+        if prefixes is not None and all(row.repetition_penalty == 1.0 for row in rows):
             plan = prefixes.plan(prompts)
         if prefixes is None or plan is None:
             staged = pool.stage(prompts, self._pad)

@@ -116,10 +116,9 @@ class ChatEncoder:
     decodes, and a fast tokenizer must not be entered by two threads at once.
     """
 
-    def __init__(self, tokenizer: Any, vocab_size: int, enable_thinking: bool) -> None:
+    def __init__(self, tokenizer: Any, vocab_size: int) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
-        self._enable_thinking = enable_thinking
         self._lock = threading.Lock()
 
     def encode(self, request: InferenceRequest) -> tuple[int, ...]:
@@ -142,11 +141,8 @@ class ChatEncoder:
         return tuple(int(i) for i in ids)
 
     def _chat_ids(self, request: InferenceRequest) -> list[int]:
-        thinking = (
-            request.enable_thinking
-            if request.enable_thinking is not None
-            else self._enable_thinking
-        )
+        # intake sets enable_thinking from the request or the configuration; unset is off
+        thinking = request.enable_thinking is True
         messages = [{"role": m.role, "content": m.content} for m in request.messages]
         try:
             text = self.tokenizer.apply_chat_template(

@@ -13,11 +13,12 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
+from tests.unit.conftest import resolved
 from worker.config import EngineConfig
 from worker.engines.base import Completion, Engine, EngineInput
 from worker.engines.echo import EchoEngine
 from worker.errors import RequestError
-from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
+from worker.wire.messages import ChatMessage, InferenceRequest
 
 TRTLLM_SKIP = "tensorrt_llm not installed (needs an NVIDIA GPU); not run on this machine"
 QUESTIONS = (
@@ -66,7 +67,7 @@ def engine(request: pytest.FixtureRequest) -> Engine:
 
 def chat(engine: Engine, key: str, question: str, **sampling: object) -> EngineInput:
     request = InferenceRequest(custom_id=key, messages=(ChatMessage("user", question),))
-    params = SamplingParams(**{"max_tokens": 16, "temperature": 0.0, **sampling})  # type: ignore[arg-type]
+    params = resolved(**{"max_tokens": 16, "temperature": 0.0, **sampling})
     return EngineInput(key, engine.encode(request), params)
 
 
@@ -90,7 +91,7 @@ def test_usage_counts_prompt_ids_and_generated_tokens(engine: Engine) -> None:
     for item in inputs:
         c = done[item.key]
         assert c.prompt_tokens == len(item.prompt_token_ids)
-        assert 0 <= c.completion_tokens <= (item.sampling.max_tokens or 0)
+        assert 0 <= c.completion_tokens <= item.sampling.max_tokens
         if c.finish_reason == "length":
             assert c.completion_tokens == item.sampling.max_tokens
 

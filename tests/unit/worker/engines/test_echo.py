@@ -8,12 +8,13 @@ import time
 
 import pytest
 
-from worker.config import BatchingConfig, EngineConfig, GenerationConfig
+from tests.unit.conftest import resolved
+from worker.config import BatchingConfig, EngineConfig
 from worker.engines.base import Completion, EngineInput
 from worker.engines.echo import EchoEngine, reply_text
 from worker.engines.factory import create_engine
 from worker.errors import RequestError
-from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
+from worker.wire.messages import ChatMessage, InferenceRequest
 
 
 def ask(engine: EchoEngine, *messages: tuple[str, str]) -> tuple[int, ...]:
@@ -22,9 +23,10 @@ def ask(engine: EchoEngine, *messages: tuple[str, str]) -> tuple[int, ...]:
 
 
 def answer(engine: EchoEngine, ids: tuple[int, ...], **sampling: object) -> Completion:
-    params = SamplingParams(**{"max_tokens": 100, **sampling})  # type: ignore[arg-type]
     done: list[Completion] = []
-    engine.run_batch([EngineInput("k", ids, params)], done.append)
+    engine.run_batch(
+        [EngineInput("k", ids, resolved(**{"max_tokens": 100, **sampling}))], done.append
+    )
     (completion,) = done
     return completion
 
@@ -73,19 +75,11 @@ def test_prompt_and_token_ids_input() -> None:
     assert (caught.value.code, caught.value.custom_id) == (4002, "t")
 
 
-def test_max_tokens_default_comes_from_the_generation_config() -> None:
-    engine = EchoEngine(GenerationConfig(max_tokens=2))
-    done: list[Completion] = []
-    item = EngineInput("k", ask(engine, ("user", "hello")), SamplingParams())
-    engine.run_batch([item], done.append)
-    assert (done[0].text, done[0].finish_reason) == ("he", "length")
-
-
 def test_slow_engine_completes_short_answers_first_and_reports_busy_time() -> None:
     engine = EchoEngine(delay_per_batch_s=0.02, delay_per_token_s=0.01)
     engine.utilization()
-    long = EngineInput("long", ask(engine, ("user", "x" * 10)), SamplingParams(max_tokens=50))
-    short = EngineInput("short", ask(engine, ("user", "x")), SamplingParams(max_tokens=50))
+    long = EngineInput("long", ask(engine, ("user", "x" * 10)), resolved(max_tokens=50))
+    short = EngineInput("short", ask(engine, ("user", "x")), resolved(max_tokens=50))
     arrivals: list[tuple[str, float]] = []
     start = time.monotonic()
     engine.run_batch([long, short], lambda c: arrivals.append((c.key, time.monotonic() - start)))
@@ -97,26 +91,25 @@ def test_slow_engine_completes_short_answers_first_and_reports_busy_time() -> No
 
 
 def test_factory_builds_each_kind_without_loading_anything() -> None:
-    generation, batching = GenerationConfig(), BatchingConfig()
-    echo = create_engine(EngineConfig(kind="echo"), generation, batching)
+    batching = BatchingConfig()
+    echo = create_engine(EngineConfig(kind="echo"), batching)
     assert echo.model_name == "echo"
-    hf = create_engine(EngineConfig(kind="hf", model="/some/dir"), generation, batching)
+    hf = create_engine(EngineConfig(kind="hf", model="/some/dir"), batching)
     assert hf.model_name == "/some/dir"
-    trt = create_engine(EngineConfig(kind="trtllm", model="/ckpt"), generation, batching)
+    trt = create_engine(EngineConfig(kind="trtllm", model="/ckpt"), batching)
     assert trt.model_name == "/ckpt"
 
 
 def test_echo_engine_never_imports_torch_and_trtllm_is_imported_only_by_load() -> None:
     code = (
         "import sys\n"
-        "from worker.config import BatchingConfig, EngineConfig, GenerationConfig\n"
+        "from worker.config import BatchingConfig, EngineConfig\n"
         "from worker.engines.factory import create_engine\n"
-        "args = (GenerationConfig(), BatchingConfig())\n"
-        "e = create_engine(EngineConfig(kind='echo'), *args)\n"
+        "e = create_engine(EngineConfig(kind='echo'), BatchingConfig())\n"
         "e.load()\n"
         "e.run_batch([], print)\n"
         "assert 'torch' not in sys.modules, 'echo imported torch'\n"
-        "create_engine(EngineConfig(kind='trtllm'), *args)\n"
+        "create_engine(EngineConfig(kind='trtllm'), BatchingConfig())\n"
         "assert 'tensorrt_llm' not in sys.modules\n"
         "assert 'torch' not in sys.modules, 'creating the trtllm engine imported torch'\n"
     )

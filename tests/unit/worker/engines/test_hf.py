@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 import torch
 
-from tests.unit.conftest import tiny_llama
-from worker.config import EngineConfig, GenerationConfig
+from tests.unit.conftest import resolved, tiny_llama
+from worker.config import EngineConfig
 from worker.engines.base import Completion, EngineInput, EngineOutOfMemory
 from worker.engines.hf.engine import HFEngine
 from worker.engines.models import DEFAULT_MODEL, ModelSource, locate_model
 from worker.errors import ModelLoadError, RequestError
-from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
+from worker.wire.messages import ChatMessage, InferenceRequest
 
 
 def ask(engine: HFEngine, key: str, text: str, **sampling: object) -> EngineInput:
     request = InferenceRequest(custom_id=key, messages=(ChatMessage("user", text),))
-    params = SamplingParams(**{"max_tokens": 12, "temperature": 0.0, **sampling})  # type: ignore[arg-type]
+    params = resolved(**{"max_tokens": 12, "temperature": 0.0, **sampling})
     return EngineInput(key, engine.encode(request), params)
 
 
@@ -97,6 +97,15 @@ def test_seeded_sampling_does_not_depend_on_the_rest_of_the_batch(tiny_hf_engine
     assert mixed.text == alone.text
     other_seed = run(e, ask(e, "s", "write a short poem", temperature=1.0, seed=12, max_tokens=16))
     assert other_seed["s"].text != alone.text
+
+
+def test_a_sampled_request_without_a_seed_reruns_the_same_from_its_drawn_seed(
+    tiny_hf_engine: HFEngine,
+) -> None:
+    drawn = ask(tiny_hf_engine, "d", "write a short poem", temperature=1.0, max_tokens=16)
+    assert not drawn.sampling.seeded
+    first = run(tiny_hf_engine, drawn)["d"].text
+    assert run(tiny_hf_engine, drawn)["d"].text == first
 
 
 def test_greedy_rows_are_untouched_by_sampled_rows(tiny_hf_engine: HFEngine) -> None:
@@ -173,23 +182,15 @@ def test_batches_reuse_the_staging_buffers(tiny_hf_engine: HFEngine) -> None:
 # --- encoding ---------------------------------------------------------------------------
 
 
-def test_enable_thinking_reaches_the_chat_template() -> None:
-    model, tokenizer = tiny_llama()
-    think = tokenizer.convert_tokens_to_ids("think")
-    plain_engine = HFEngine(EngineConfig(model="t", device="cpu"), preloaded=(model, tokenizer))
-    plain_engine.load()
+def test_enable_thinking_reaches_the_chat_template(tiny_hf_engine: HFEngine) -> None:
+    think = tiny_hf_engine.encoder.tokenizer.convert_tokens_to_ids("think")
     chat = (ChatMessage("user", "hello"),)
-    assert think not in plain_engine.encode(InferenceRequest(custom_id="a", messages=chat))
-    assert think in plain_engine.encode(
+    for thinking in (None, False):
+        request = InferenceRequest(custom_id="a", messages=chat, enable_thinking=thinking)
+        assert think not in tiny_hf_engine.encode(request)
+    assert think in tiny_hf_engine.encode(
         InferenceRequest(custom_id="b", messages=chat, enable_thinking=True)
     )
-    thinking_engine = HFEngine(
-        EngineConfig(model="t", device="cpu"),
-        GenerationConfig(enable_thinking=True),
-        preloaded=(model, tokenizer),
-    )
-    thinking_engine.load()
-    assert think in thinking_engine.encode(InferenceRequest(custom_id="c", messages=chat))
 
 
 def test_token_ids_outside_the_vocabulary_are_rejected(tiny_hf_engine: HFEngine) -> None:

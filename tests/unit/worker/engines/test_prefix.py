@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.unit.conftest import tiny_llama
+from tests.unit.conftest import resolved, tiny_llama
 from worker.config import BatchingConfig, EngineConfig
 from worker.engines.base import Completion, EngineInput
 from worker.engines.hf.engine import HFEngine
@@ -22,7 +22,7 @@ from worker.engines.hf.prefix_cache import (
     cacheable_prefix_length,
     common_prefix_length,
 )
-from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
+from worker.wire.messages import ChatMessage, InferenceRequest
 
 VOCAB = 96
 rng = random.Random(5)
@@ -35,7 +35,7 @@ def tokens(n: int, seed: int) -> tuple[int, ...]:
 
 
 def request(key: str, ids: Sequence[int], max_tokens: int = 12, **sampling: Any) -> EngineInput:
-    params = SamplingParams(**{"max_tokens": max_tokens, "temperature": 0.0, **sampling})
+    params = resolved(**{"max_tokens": max_tokens, "temperature": 0.0, **sampling})
     return EngineInput(key, tuple(ids), params)
 
 
@@ -245,7 +245,7 @@ def test_smollm2_gives_the_same_text_with_and_without_the_prefix_cache(
         EngineInput(
             str(i),
             on.encode(InferenceRequest(custom_id=str(i), messages=chat)),
-            SamplingParams(max_tokens=24 + 4 * i, temperature=0.0),
+            resolved(max_tokens=24 + 4 * i, temperature=0.0),
         )
         for i, chat in enumerate(chats)
     ]

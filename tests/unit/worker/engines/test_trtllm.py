@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from worker.config import BatchingConfig, EngineConfig, GenerationConfig
+from tests.unit.conftest import resolved
+from worker.config import BatchingConfig, EngineConfig
 from worker.engines.base import EngineInput
 from worker.engines.trtllm import TrtLlmEngine
 from worker.errors import ModelLoadError
-from worker.wire.messages import SamplingParams
 
 HAVE_TRTLLM = importlib.util.find_spec("tensorrt_llm") is not None
 TRTLLM_SKIP = "tensorrt_llm not installed (needs an NVIDIA GPU); not run on this machine"
@@ -36,13 +36,18 @@ def test_a_gguf_model_is_refused_before_tensorrt_llm_starts() -> None:
 
 @needs_trtllm
 def test_sampling_params_map_greedy_to_top_k_one_and_keep_stop_strings() -> None:
-    engine = TrtLlmEngine(EngineConfig(kind="trtllm"), GenerationConfig(max_tokens=7))
+    engine = TrtLlmEngine(EngineConfig(kind="trtllm"))
     engine._sampling_params = importlib.import_module("tensorrt_llm").SamplingParams
-    greedy = engine._params(EngineInput("k", (1, 2), SamplingParams(temperature=0, stop=("\n",))))
+    greedy_input = EngineInput("k", (1, 2), resolved(max_tokens=7, temperature=0, stop=("\n",)))
+    greedy = engine._params(greedy_input)
     assert (greedy.top_k, greedy.temperature, greedy.max_tokens) == (1, None, 7)
     assert greedy.stop == ["\n"] and greedy.end_id is None
-    sampled = engine._params(EngineInput("k", (1,), SamplingParams(temperature=0.5, seed=3)))
-    assert (sampled.temperature, sampled.seed, sampled.top_k) == (0.5, 3, None)
+    sampled = engine._params(EngineInput("k", (1,), resolved(temperature=0.5, seed=3)))
+    assert (sampled.temperature, sampled.seed) == (0.5, 3)
+    # the resolved "off" values are TensorRT-LLM's own: every token stays in, no penalty
+    assert (sampled.top_k, sampled.top_p) == (0, 1.0)
+    penalties = (sampled.repetition_penalty, sampled.presence_penalty, sampled.frequency_penalty)
+    assert penalties == (1.0, 0.0, 0.0)
 
 
 @pytest.mark.skipif(
@@ -53,14 +58,13 @@ def test_sampling_params_map_greedy_to_top_k_one_and_keep_stop_strings() -> None
 def test_a_real_checkpoint_serves_a_batch() -> None:
     engine = TrtLlmEngine(
         EngineConfig(kind="trtllm", model=os.environ["BATCHPIPE_TRTLLM_MODEL"]),
-        GenerationConfig(),
         BatchingConfig(max_batch_size=8),
     )
     engine.load()
     try:
         ids = (1, 2, 3, 4)
         done: list[str] = []
-        inputs = [EngineInput(f"k{i}", ids, SamplingParams(max_tokens=4)) for i in range(3)]
+        inputs = [EngineInput(f"k{i}", ids, resolved(max_tokens=4)) for i in range(3)]
         engine.run_batch(inputs, lambda c: done.append(c.key))
         assert sorted(done) == ["k0", "k1", "k2"]
     finally:

@@ -1,0 +1,84 @@
+"""Admission: sampling resolved once from request and configuration, and the dedup key."""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+from batcher import Pending
+from worker.config import BatchingConfig, GenerationConfig
+from worker.engines.base import Engine
+from worker.engines.echo import EchoEngine
+from worker.intake import Intake
+from worker.jobs import Identity, Job, Source
+from worker.wire.codec import CodecLimits, encode_request
+from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
+
+if TYPE_CHECKING:
+    from worker.engines.hf.engine import HFEngine
+
+LIMITS = CodecLimits(1 << 20, 1 << 20)
+DEFAULTS = GenerationConfig()
+offsets = itertools.count()
+
+
+def admit(
+    request: InferenceRequest,
+    generation: GenerationConfig = DEFAULTS,
+    engine: Engine | None = None,
+) -> Pending[Job]:
+    engine = engine or EchoEngine()
+    intake = Intake(engine, Identity("w", engine.model_name), BatchingConfig(), generation, LIMITS)
+    outcome = intake.take(Source("requests", 0, next(offsets)), *encode_request(request), 0.0)
+    assert isinstance(outcome, Pending), outcome
+    return outcome
+
+
+def ask(text: str = "hello", **sampling: object) -> InferenceRequest:
+    return InferenceRequest(
+        custom_id=f"c{next(offsets)}",
+        messages=(ChatMessage("user", text),),
+        sampling=SamplingParams(**sampling),  # type: ignore[arg-type]
+    )
+
+
+def test_the_engine_input_carries_sampling_resolved_from_the_configuration() -> None:
+    pending = admit(ask(top_k=3), GenerationConfig(max_tokens=5, temperature=0.0))
+    sampling = pending.payload.engine_input.sampling
+    assert (sampling.max_tokens, sampling.temperature, sampling.top_k) == (5, 0.0, 3)
+    assert pending.max_tokens == 5
+
+
+def test_the_configured_enable_thinking_reaches_the_chat_template(
+    tiny_hf_engine: HFEngine,
+) -> None:
+    think = tiny_hf_engine.encoder.tokenizer.convert_tokens_to_ids("think")
+    on = admit(ask(), GenerationConfig(enable_thinking=True), tiny_hf_engine)
+    assert on.payload.engine_input.sampling.enable_thinking
+    assert think in on.payload.engine_input.prompt_token_ids
+    off = admit(ask(), GenerationConfig(enable_thinking=False), tiny_hf_engine)
+    assert think not in off.payload.engine_input.prompt_token_ids
+
+
+def test_identical_greedy_requests_share_a_dedup_key_whatever_seed_was_drawn() -> None:
+    first, second = admit(ask(temperature=0.0)), admit(ask(temperature=0.0))
+    assert first.payload.engine_input.sampling.seed != second.payload.engine_input.sampling.seed
+    assert first.dedup_key is not None and first.dedup_key == second.dedup_key
+    # a default spelled out is the same request as the default left unset
+    assert admit(ask(temperature=0.0, max_tokens=256)).dedup_key == first.dedup_key
+
+
+def test_a_different_prompt_or_setting_gives_a_different_key() -> None:
+    base = admit(ask(temperature=0.0)).dedup_key
+    assert admit(ask("other", temperature=0.0)).dedup_key != base
+    assert admit(ask(temperature=0.0, max_tokens=8)).dedup_key != base
+    assert admit(ask(temperature=0.0, seed=1)).dedup_key != base
+
+
+def test_seeded_sampled_requests_dedup_and_unseeded_ones_never_do() -> None:
+    seeded = [admit(ask(temperature=0.8, seed=4)).dedup_key for _ in range(2)]
+    assert seeded[0] is not None and seeded[0] == seeded[1]
+    assert admit(ask(temperature=0.8, seed=5)).dedup_key != seeded[0]
+    assert admit(ask(temperature=0.8)).dedup_key is None
+    # a sampling temperature from the configuration counts the same as a requested one
+    assert admit(ask(), GenerationConfig(temperature=0.8)).dedup_key is None
