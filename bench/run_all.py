@@ -1,7 +1,9 @@
-"""``make bench``: every benchmark, each in a process of its own, then one chart per result.
+"""``make bench``: every benchmark, each in a process of its own, then charts and figures.
 
 A process per benchmark keeps them from disturbing one another (torch threads, a loaded
-model, a broker left behind); the charts (:mod:`bench.plot`) are drawn last, in one more.
+model, a broker left behind); the charts (:mod:`bench.plot`) are drawn last, in one more,
+and the figures of README.md and bench/README.md are rendered from the results
+(:mod:`bench.tables`).
 A failing benchmark is reported and the rest still run; the exit code is non-zero if any
 failed. The durations of a full run go to ``bench/results/run_all.json``.
 
@@ -56,8 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     total = round(time.monotonic() - started, 1)
     if not args.only:  # the record of a full `make bench`, not of a partial rerun
         write_result("run_all", {"benchmarks": runs, "total_seconds": total})
-    charts = subprocess.run([sys.executable, "-m", "bench.plot"], cwd=BENCH.parent).returncode
-    failed = [r["name"] for r in runs if r["exit_code"] != 0] + (["plot"] if charts else [])
+    failed = [r["name"] for r in runs if r["exit_code"] != 0]
+    for step in ("plot", "tables"):
+        if subprocess.run([sys.executable, "-m", f"bench.{step}"], cwd=BENCH.parent).returncode:
+            failed.append(step)
     print(f"== {len(runs)} benchmarks in {total} s" + (f"; failed: {failed}" if failed else ""))
     return 1 if failed else 0
 

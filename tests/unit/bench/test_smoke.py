@@ -14,8 +14,9 @@ import pytest
 from bench import run_all
 
 BENCH = Path(run_all.__file__).resolve().parent
-# shared helpers, the charts, the runner itself, and the check for a machine with a GPU
-NOT_BENCHMARKS = {"__init__", "common", "plot", "run_all", "gpu_check"}
+# shared helpers, the charts, the published figures, the runner itself, and the check for a
+# machine with a GPU
+NOT_BENCHMARKS = {"__init__", "common", "plot", "figures", "tables", "run_all", "gpu_check"}
 
 
 def test_run_all_runs_every_benchmark_module() -> None:

@@ -1,0 +1,299 @@
+"""What each benchmark result says, in words: the sentences :mod:`bench.tables` publishes.
+
+Each function takes one parsed ``bench/results/<name>.json`` and returns text made only
+of the figures recorded there; nothing here is typed by hand. :data:`BENCHES` describes
+every benchmark for bench/README.md, :data:`README_ROWS` the short figures of README.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Result = dict[str, Any]
+Describe = Callable[[Result], str]
+
+
+def x(ratio: float) -> str:
+    return f"{ratio:.2f}×"
+
+
+def n(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def variant(overhead: Result, name: str) -> Result:
+    """One variant of ``overhead.json`` by its name (``"worker, defaults"``, …)."""
+    found: Result = next(v for v in overhead["variants"] if v["name"] == name)
+    return found
+
+
+def _formation(r: Result) -> tuple[Result, Result, Result]:
+    by_name = {row["name"]: row for row in r["configs"]}
+    return by_name["fifo"], by_name["length_aware"], by_name["length_aware+shared_prefix"]
+
+
+# -- short figures: one cell of README.md's table each ------------------------------------
+
+
+def realtime_short(r: Result) -> str:
+    return (
+        f"**{x(r['throughput_ratio_b_over_a'])}** requests/s ({r['requests']} requests, "
+        f"{r['max_tokens']} tokens each; the source document measured "
+        f"{r['source_document_b_over_a']}×)"
+    )
+
+
+def ideal_short(r: Result) -> str:
+    ratio = r["throughput_ratio_b_over_c"]
+    reaches = "at" if ratio >= 0.95 else "below"  # within 5 %: the noise of a shared machine
+    return f"**{x(ratio)}**: the pipeline runs {reaches} the engine's own limit"
+
+
+def engine_cpu_short(r: Result) -> str:
+    top, *others = reversed(r["results"][1:])
+    more = ", ".join(f"{x(row['ratio_vs_batch_1'])} at {row['batch_size']}" for row in others)
+    identical = sorted({row["greedy_identical_to_alone"] for row in r["results"][1:]})
+    return (
+        f"**{x(top['ratio_vs_batch_1'])}** tokens/s at batch {top['batch_size']} ({more}); "
+        f"greedy output identical alone and batched: {', '.join(identical)}"
+    )
+
+
+def formation_short(r: Result) -> str:
+    fifo, aware, prefix = _formation(r)
+    return (
+        f"**{x(prefix['throughput_vs_fifo'])}** requests/s (length-aware alone "
+        f"{x(aware['throughput_vs_fifo'])}), P99 {x(prefix['p99_vs_fifo'])} of FIFO's, padding "
+        f"waste {fifo['padding_waste']:.2f} → {prefix['padding_waste']:.2f} "
+        f"({r['requests']} requests)"
+    )
+
+
+def overhead_short(r: Result) -> str:
+    worker = variant(r, "worker, defaults")
+    return (
+        f"**{n(worker['requests_per_s'])} req/s**; one core sustains "
+        f"~{n(r['one_core_requests_per_s']['worker_process'])} req/s "
+        f"({worker['cpu_us_per_request']['process']:.0f} µs CPU per request); slowest stage: "
+        f"{r['slowest_stage']}"
+    )
+
+
+def batcher_echo_short(r: Result) -> str:
+    fixed = r["runs"][0]
+    low, high = fixed["rss_mib_min_max"]
+    return (
+        f"{n(r['requests'])}-request backlog: mean batch {fixed['mean_batch_size']:.1f} of "
+        f"{r['max_batch_size']}, fill "
+        f"{fixed['mean_batch_fill']:.2f}, peak in flight {fixed['peak_in_flight']} of "
+        f"{r['prefetch_count']}, RSS {low:.0f}–{high:.0f} MiB"
+    )
+
+
+#: (what is compared, result name, its figure) — README.md's table, in order
+README_ROWS: tuple[tuple[str, str, Describe], ...] = (
+    ("batching vs one request at a time, SmolLM2 on CPU", "realtime", realtime_short),
+    ("batchpipe vs the engine fed ideal pre-formed batches, no Kafka", "realtime", ideal_short),
+    ("static batches vs batch 1, hf engine, SmolLM2 on CPU", "engine_cpu", engine_cpu_short),
+    ("length-aware + shared-prefix formation vs FIFO, mixed prompts", "formation", formation_short),
+    ("worker pipeline with the echo engine, default settings", "overhead", overhead_short),
+    ("batch formation on a backlog, echo engine", "batcher_echo", batcher_echo_short),
+)
+
+
+# -- headlines: bench/README.md, one row per benchmark -----------------------------------
+
+
+def batcher_echo_headline(r: Result) -> str:
+    return "; ".join(
+        f"adaptive {'on' if run['adaptive'] else 'off'}: mean batch {run['mean_batch_size']} of "
+        f"{r['max_batch_size']}, fill {run['mean_batch_fill']}, peak in flight "
+        f"{run['peak_in_flight']}, {run['requests_per_s']} req/s, RSS "
+        f"{run['rss_mib_min_max'][0]}–{run['rss_mib_min_max'][1]} MiB"
+        for run in r["runs"]
+    )
+
+
+def formation_headline(r: Result) -> str:
+    fifo, aware, prefix = _formation(r)
+    saved = (prefix["prefix_cache"] or {}).get("positions_saved", 0)
+    return (
+        f"{r['requests']} requests (seed {r['workload']['seed']}); requests/s vs FIFO: "
+        f"length-aware {x(aware['throughput_vs_fifo'])}, + shared prefix "
+        f"{x(prefix['throughput_vs_fifo'])}; P99 {x(aware['p99_vs_fifo'])} / "
+        f"{x(prefix['p99_vs_fifo'])} of FIFO's; padding waste {fifo['padding_waste']:.2f} → "
+        f"{aware['padding_waste']:.2f} / {prefix['padding_waste']:.2f}; the prefix cache saved "
+        f"{n(saved)} of {n(fifo['prefill_positions'])} prefill positions"
+    )
+
+
+def engine_cpu_headline(r: Result) -> str:
+    rates = " / ".join(str(row["tokens_per_s"]) for row in r["results"])
+    return f"{rates} tok/s; {engine_cpu_short(r).replace('**', '')}"
+
+
+def overhead_headline(r: Result) -> str:
+    worker, passthrough = variant(r, "worker, defaults"), variant(r, "passthrough")
+    others = ", ".join(
+        f"{v['name'].removeprefix('worker, ')} {n(v['requests_per_s'])}"
+        for v in r["variants"]
+        if v["name"].startswith("worker, ") and "requests_per_s" in v and v is not worker
+    )
+    (first, us), *rest = sorted(worker["stage_us_per_request"].items(), key=lambda kv: -kv[1])
+    then = ", ".join(f"{name} ({value:.0f})" for name, value in rest)
+    return (
+        f"worker {n(worker['requests_per_s'])} req/s vs passthrough "
+        f"{n(passthrough['requests_per_s'])} ({r['ratio_vs_passthrough']['worker, defaults']}×); "
+        f"other settings: {others}; {worker['cpu_us_per_request']['process']:.0f} µs CPU per "
+        f"request → one core ~{n(r['one_core_requests_per_s']['worker_process'])} req/s; "
+        f"slowest stage: {first} ({us:.0f} µs), then {then}"
+    )
+
+
+def wire_headline(r: Result) -> str:
+    def sizes(rows: Sequence[Result]) -> str:
+        return " vs ".join(f"{row['value_bytes']:.0f} B {row['format']}" for row in rows)
+
+    decode = " vs ".join(f"{row['decode_us']:.1f} µs {row['format']}" for row in r["requests"])
+    return f"request {sizes(r['requests'])}; result {sizes(r['results'])}; decode {decode}"
+
+
+def realtime_headline(r: Result) -> str:
+    rates = "; ".join(f"({k}) {m['requests_per_s']} req/s" for k, m in r["modes"].items())
+    return (
+        f"b/a = {x(r['throughput_ratio_b_over_a'])} requests/s (the source document: "
+        f"{r['source_document_b_over_a']}×); b/c = {x(r['throughput_ratio_b_over_c'])}; "
+        f"{rates}; N = {r['requests']}"
+    )
+
+
+def adaptive_headline(r: Result) -> str:
+    patterns = dict.fromkeys(run["pattern"] for run in r["runs"])
+    return "; ".join(
+        f"{pattern}: "
+        + ", ".join(
+            f"{run['config']} {run['requests_per_s']} req/s P99 {run['p99_ms'] / 1000:.2f} s"
+            for run in r["runs"]
+            if run["pattern"] == pattern
+        )
+        for pattern in patterns
+    )
+
+
+def gpu_headline(r: Result) -> str:
+    parts = []
+    for pinned in (True, False):
+        runs = [run for run in r["runs"] if run["pinned"] is pinned]
+        if runs:
+            rates = " / ".join(str(run["tokens_per_s"]) for run in runs)
+            sizes = "/".join(str(run["batch_size"]) for run in runs)
+            parts.append(f"{'pinned' if pinned else 'pageable'} {rates} tok/s at {sizes}")
+    staging = r["staging_64x2048_ms"]
+    return (
+        f"{r['gpu']}: {'; '.join(parts)}; staging 64 × 2048 ids: {staging['pinned']} ms pinned, "
+        f"{staging['pageable']} ms pageable"
+    )
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One row of bench/README.md's table: the question a script answers, and its answer."""
+
+    script: str
+    result: str  # bench/results/<result>.json
+    command: str
+    question: str
+    setup: Describe  # the parameters the result records
+    headline: Describe
+
+
+BENCHES: tuple[Bench, ...] = (
+    Bench(
+        "batcher_echo.py",
+        "batcher_echo",
+        "python -m bench.batcher_echo",
+        "the batches the worker forms from a backlog with the echo engine",
+        lambda r: (
+            f"{n(r['requests'])} requests, {r['engine']}, prefetch {r['prefetch_count']}, "
+            f"max_batch_size {r['max_batch_size']}, max_batch_tokens {r['max_batch_tokens']}"
+        ),
+        batcher_echo_headline,
+    ),
+    Bench(
+        "formation.py",
+        "formation",
+        "python -m bench.formation",
+        "FIFO vs length-aware vs length-aware + shared-prefix batch formation",
+        lambda r: (
+            f"{r['model']}, prompts {'–'.join(map(str, r['workload']['prompt_tokens']))} "
+            f"tokens, {r['workload']['shared_fraction'] * 100:.0f} % of them starting with one "
+            f"{r['workload']['shared_system_prompt_tokens']}-token system prompt, max_tokens "
+            f"{'–'.join(map(str, r['workload']['max_tokens']))}"
+        ),
+        formation_headline,
+    ),
+    Bench(
+        "engine_cpu.py",
+        "engine_cpu",
+        "python -m bench.engine_cpu",
+        "tokens/s of the hf engine at static batch sizes",
+        lambda r: (
+            f"{r['model']}, batch {'/'.join(str(x['batch_size']) for x in r['results'])}, "
+            f"{r['new_tokens_per_request']} forced new tokens, best of {r['rounds']} rounds"
+        ),
+        engine_cpu_headline,
+    ),
+    Bench(
+        "overhead.py",
+        "overhead",
+        "python -m bench.overhead",
+        "requests/s of the worker with the echo engine vs a raw confluent-kafka passthrough "
+        "on the same broker and messages; CPU µs per request by stage",
+        lambda r: (
+            f"{n(r['requests'])} requests of {r['request_value_bytes']:.0f} B; batching: "
+            f"{r['batching']}"
+        ),
+        overhead_headline,
+    ),
+    Bench(
+        "wire.py",
+        "wire",
+        "python -m bench.wire",
+        "protobuf+zstd vs JSON (and JSON+zstd) for realistic request and result messages",
+        lambda r: f"{n(r['messages'])} messages; {r['timing']}",
+        wire_headline,
+    ),
+    Bench(
+        "realtime.py",
+        "realtime",
+        "python -m bench.realtime",
+        "the same requests (a) one at a time, (b) through the worker, (c) as ideal batches "
+        "fed to the engine alone",
+        lambda r: (
+            f"{r['model']}, {r['requests']} requests of {r['max_tokens']} tokens; "
+            f"{r.get('note', '')}"
+        ),
+        realtime_headline,
+    ),
+    Bench(
+        "adaptive.py",
+        "adaptive",
+        "python -m bench.adaptive",
+        "fixed batch sizes vs the adaptive controller, steady and bursty arrivals",
+        lambda r: (
+            f"steady {r['arrival_rate_per_s']} req/s for {r['duration_s']:g} s, or "
+            f"bursty: {r['bursty']}; engine: {r['engine']}"
+        ),
+        adaptive_headline,
+    ),
+    Bench(
+        "gpu_check.sh",
+        "gpu_hf_engine",
+        "bench/gpu_check.sh",
+        "the hf engine on one NVIDIA GPU, random-weight Llama, with and without the pinned pool",
+        lambda r: f"{r['model']}, {r['prompt_tokens']} prompt + {r['new_tokens']} new tokens",
+        gpu_headline,
+    ),
+)
