@@ -8,7 +8,7 @@ Threading: ``encode()`` is called from the worker's main thread (decode/admit);
 ``run_batch()`` from one dedicated engine thread, never concurrently with itself.
 ``utilization()`` may be called from any thread.
 
-Invariants every engine keeps (``tests/unit/test_engine_contract.py`` checks them):
+Invariants every engine keeps (``tests/unit/worker/engines/test_contract.py`` checks them):
 
 * ``run_batch`` calls ``on_complete`` exactly once for every input, in any order,
   as soon as that input is finished, before it returns; a per-request failure is a
