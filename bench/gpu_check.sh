@@ -13,6 +13,6 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
 "$PY" -c 'import torch, sys; ok = torch.cuda.is_available(); print("torch", torch.__version__, "cuda", ok); sys.exit(0 if ok else 1)'
 
 if "$PY" -c 'import pytest' 2>/dev/null; then
-  timeout 60 "$PY" -m pytest -q -p no:cacheprovider tests/unit/test_engine_pinned.py
+  timeout 60 "$PY" -m pytest -q -p no:cacheprovider tests/unit/worker/engines/test_pinned.py
 fi
 timeout 420 "$PY" -m bench.gpu_check "$@"
