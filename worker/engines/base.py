@@ -29,6 +29,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from worker.errors import BatchpipeError
 from worker.wire.messages import ErrorInfo, FinishReason, InferenceRequest, SamplingParams
 
 
@@ -56,7 +57,7 @@ class Completion:
     error: ErrorInfo | None = None
 
 
-class EngineOutOfMemory(RuntimeError):
+class EngineOutOfMemory(BatchpipeError, RuntimeError):
     """The batch did not fit in the device's memory; split it and shrink the batch size."""
 
 
