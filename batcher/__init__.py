@@ -6,22 +6,20 @@ No Kafka, no engine, no threads, no clock: time is passed in by the caller.
 from __future__ import annotations
 
 from batcher.adaptive import AdaptiveBatchSize
-from batcher.admission import Admission, AdmissionExceeded
+from batcher.admission import Admission
 from batcher.batcher import DynamicBatcher
 from batcher.formation import PREFIX_BLOCK_TOKENS, length_distance, prefix_key_of, select
 from batcher.offsets import OffsetTracker
-from batcher.types import Batch, BatchLimits, OverLimit, Partition, Pending, Reason
+from batcher.types import Batch, BatchLimits, Partition, Pending, Reason
 
 __all__ = [
     "PREFIX_BLOCK_TOKENS",
     "AdaptiveBatchSize",
     "Admission",
-    "AdmissionExceeded",
     "Batch",
     "BatchLimits",
     "DynamicBatcher",
     "OffsetTracker",
-    "OverLimit",
     "Partition",
     "Pending",
     "Reason",

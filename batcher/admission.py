@@ -8,10 +8,6 @@ engine pushes back on the broker instead of filling memory.
 from __future__ import annotations
 
 
-class AdmissionExceeded(RuntimeError):
-    """More slots acquired than ``prefetch_count`` allows: a bug in the caller."""
-
-
 class Admission:
     """A counting gate. Invariant: ``0 <= inflight <= limit`` and ``peak >= inflight``."""
 
@@ -31,10 +27,12 @@ class Admission:
         return self.inflight < self.limit
 
     def acquire(self, n: int = 1) -> None:
+        """Take ``n`` slots. The caller takes no more than :attr:`room` (the worker polls at
+        most that many records); more is a bug in the caller and raises ``ValueError``."""
         if n < 0:
             raise ValueError(f"cannot acquire {n} slots")
         if self.inflight + n > self.limit:
-            raise AdmissionExceeded(f"acquiring {n} with {self.inflight} of {self.limit} in flight")
+            raise ValueError(f"acquiring {n} with {self.inflight} of {self.limit} in flight")
         self.inflight += n
         self.peak = max(self.peak, self.inflight)
 

@@ -7,9 +7,9 @@ Life of a request: ``add`` → *queued* (or *follower* of an identical queued/ru
 → ``next_batch`` → *running* → ``complete`` (answered, with its followers). A queued item
 may instead leave through ``pop_expired`` (deadline passed), and any item through
 ``drop_partitions`` (partition revoked); a running item may go back to the queue through
-``requeue``. Every added key leaves exactly once — through ``complete``, ``pop_expired``,
-``drop_partitions`` or, at ``add`` itself, :class:`OverLimit` — so every request gets
-exactly one answer.
+``requeue``. Every added key leaves exactly once — through ``complete``, ``pop_expired``
+or ``drop_partitions`` — so every request gets exactly one answer. A request too big for
+any batch is the caller's to answer before ``add`` (the worker's intake answers 4003).
 
 A batch is released when it is *full* (the queue holds ``max_batch_size`` requests, or more
 tokens than ``max_batch_tokens``: the next candidate would not fit), when the oldest queued
@@ -28,7 +28,7 @@ from typing import Generic
 
 from batcher.dedup import DedupIndex
 from batcher.formation import select
-from batcher.types import Batch, BatchLimits, OverLimit, Partition, Pending, Reason, T
+from batcher.types import Batch, BatchLimits, Partition, Pending, Reason, T
 
 # Queue order: priority descending, then arrival, then admission sequence (a total order).
 _Entry = tuple[int, float, int, str]
@@ -81,12 +81,16 @@ class DynamicBatcher(Generic[T]):
     def add(self, item: Pending[T], now: float) -> bool:
         """Queue ``item``; True if it joined an identical request as a follower instead.
 
-        Raises :class:`OverLimit` (the item is not kept) when it alone exceeds
-        ``max_batch_tokens``. An item already past its deadline never joins or leads a
-        dedup group: it waits for ``pop_expired`` on its own.
+        The caller admits only items within ``max_batch_tokens`` (no batch could hold a
+        bigger one); a bigger item is a bug in the caller and raises ``ValueError``, not
+        kept. An item already past its deadline never joins or leads a dedup group: it
+        waits for ``pop_expired`` on its own.
         """
         if item.tokens > self.limits.max_batch_tokens:
-            raise OverLimit(item.key, item.tokens, self.limits.max_batch_tokens)
+            raise ValueError(
+                f"request {item.key!r} needs {item.tokens} tokens (prompt + max_tokens), "
+                f"over max_batch_tokens={self.limits.max_batch_tokens}"
+            )
         if item.key in self._seq:
             raise ValueError(f"key {item.key!r} is already in flight")
         self._seq[item.key] = next(self._counter)

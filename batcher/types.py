@@ -80,19 +80,6 @@ class BatchLimits:
             raise ValueError(f"timeout_s must be >= 0, got {self.timeout_s}")
 
 
-class OverLimit(Exception):
-    """A single request needs more tokens than a whole batch may hold: answer 4003."""
-
-    def __init__(self, key: str, tokens: int, limit: int) -> None:
-        super().__init__(
-            f"request {key!r} needs {tokens} tokens (prompt + max_tokens), "
-            f"over max_batch_tokens={limit}"
-        )
-        self.key = key
-        self.tokens = tokens
-        self.limit = limit
-
-
 @dataclass(frozen=True)
 class Batch(Generic[T]):
     """Requests released together. ``items`` are the ones to run; dedup followers ride on

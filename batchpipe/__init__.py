@@ -1,12 +1,13 @@
 """batchpipe: Kafka-driven streaming batch inference for LLMs.
 
 The public face is :class:`Client` (submit a batch, follow it, collect its results)
-and the ``batchpipe`` command line, which uses the same client.
+and the ``batchpipe`` command line, which uses the same client. Every exception batchpipe
+raises derives from :class:`BatchpipeError`.
 """
 
 from __future__ import annotations
 
-from batchpipe.batchfile import BatchFileError, BatchLimits, LineProblem
+from batchpipe.batchfile import BatchFileError, FileLimits, LineProblem
 from batchpipe.client import (
     BatchNotFoundError,
     BatchStatus,
@@ -14,14 +15,16 @@ from batchpipe.client import (
     CollectTimeoutError,
     SubmitReceipt,
 )
+from worker.errors import BatchpipeError
 
 __all__ = [
     "BatchFileError",
-    "BatchLimits",
     "BatchNotFoundError",
     "BatchStatus",
+    "BatchpipeError",
     "Client",
     "CollectTimeoutError",
+    "FileLimits",
     "LineProblem",
     "SubmitReceipt",
 ]

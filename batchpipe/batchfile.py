@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
-from worker.errors import ErrorCode, RequestError
+from worker.errors import BatchpipeError, ErrorCode, RequestError
 from worker.wire.batchline import parse_line
 from worker.wire.messages import InferenceRequest
 from worker.wire.validation import validate_request
@@ -26,8 +26,8 @@ _CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
-class BatchLimits:
-    """Per-batch limits; the defaults are Alibaba Bailian's."""
+class FileLimits:
+    """Limits on a batch file (lines, bytes, models); the defaults are Alibaba Bailian's."""
 
     max_lines: int = 50_000
     max_file_bytes: int = 500 * 1024 * 1024
@@ -35,7 +35,7 @@ class BatchLimits:
     one_model: bool = True
 
 
-DEFAULT_LIMITS = BatchLimits()
+DEFAULT_LIMITS = FileLimits()
 
 
 class LineProblem(NamedTuple):
@@ -46,7 +46,7 @@ class LineProblem(NamedTuple):
     message: str
 
 
-class BatchFileError(ValueError):
+class BatchFileError(BatchpipeError, ValueError):
     """The batch has invalid lines; nothing was published."""
 
     def __init__(self, source: str, problems: Iterable[LineProblem]) -> None:
@@ -66,7 +66,7 @@ class BatchFileError(ValueError):
 class _Checker:
     """Accumulates the problems of a batch, one item at a time."""
 
-    def __init__(self, limits: BatchLimits) -> None:
+    def __init__(self, limits: FileLimits) -> None:
         self.limits = limits
         self.problems: list[LineProblem] = []
         self.count = 0
@@ -154,7 +154,7 @@ def _lines(stream: BinaryIO, max_line_bytes: int) -> Iterator[tuple[int, bytes |
             yield line_no, content, size
 
 
-def validate_file(path: str | os.PathLike[str], limits: BatchLimits = DEFAULT_LIMITS) -> int:
+def validate_file(path: str | os.PathLike[str], limits: FileLimits = DEFAULT_LIMITS) -> int:
     """Check every line of a JSONL batch file; return its number of requests.
 
     Raises :class:`BatchFileError` listing every problem, or :class:`OSError`.
@@ -181,7 +181,7 @@ def validate_file(path: str | os.PathLike[str], limits: BatchLimits = DEFAULT_LI
 
 
 def iter_file(
-    path: str | os.PathLike[str], limits: BatchLimits = DEFAULT_LIMITS
+    path: str | os.PathLike[str], limits: FileLimits = DEFAULT_LIMITS
 ) -> Iterator[InferenceRequest]:
     """The requests of a file that :func:`validate_file` accepted, parsed again, in order.
 
@@ -202,7 +202,7 @@ def iter_file(
 
 
 def validate_requests(
-    items: Iterable[InferenceRequest | Mapping[str, Any]], limits: BatchLimits = DEFAULT_LIMITS
+    items: Iterable[InferenceRequest | Mapping[str, Any]], limits: FileLimits = DEFAULT_LIMITS
 ) -> list[InferenceRequest]:
     """Check in-memory requests (dataclasses or batch-line mappings) by the same rules.
 

@@ -28,16 +28,16 @@ from typing import TextIO
 
 from confluent_kafka import KafkaException
 
-from batchpipe.batchfile import BatchFileError, BatchLimits
+from batchpipe.batchfile import FileLimits
 from batchpipe.client import (
     DEFAULT_COMPLETION_WINDOW_S,
-    BatchNotFoundError,
     BatchStatus,
     Client,
     CollectTimeoutError,
 )
 from batchpipe.progress import make_progress
-from worker.config import Config, ConfigError, load_config
+from worker.config import Config, load_config
+from worker.errors import BatchpipeError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 124, 130
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument(
         "--topic", metavar="T", help="requests topic (default: kafka.requests_topic)"
     )
-    limits = BatchLimits()
+    limits = FileLimits()
     submit.add_argument(
         "--max-lines",
         type=int,
@@ -289,17 +289,12 @@ def _broker(args: argparse.Namespace) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, request_stop)
-    try:
-        broker = EmbeddedBroker(port=args.port).start()
-    except BrokerError as exc:
-        print(f"batchpipe: error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    broker = EmbeddedBroker(port=args.port).start()
     try:
         print(broker.bootstrap, flush=True)
         while not stop.wait(0.5):
             if not broker.running:
-                print("batchpipe: error: the broker exited", file=sys.stderr)
-                return EXIT_FAILED
+                raise BrokerError("the broker exited")
     finally:
         broker.stop()
     return EXIT_OK
@@ -322,7 +317,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    limits = BatchLimits(
+    limits = FileLimits(
         max_lines=args.max_lines,
         max_file_bytes=args.max_file_bytes,
         max_line_bytes=args.max_line_bytes,
@@ -341,13 +336,9 @@ def _collect(args: argparse.Namespace) -> int:
     if output == "-":
         output = sys.stdout
     progress = make_progress(sys.stderr, batch_id, quiet=args.quiet)
-    try:
-        status = Client(load(args)).collect(
-            batch_id, output, errors, args.timeout, since=args.since, progress=progress
-        )
-    except CollectTimeoutError as exc:
-        print(f"batchpipe: error: {exc}; the files hold what arrived", file=sys.stderr)
-        return EXIT_TIMEOUT
+    status = Client(load(args)).collect(
+        batch_id, output, errors, args.timeout, since=args.since, progress=progress
+    )
     if not args.quiet:
         where = "stdout" if output is sys.stdout else output
         print(
@@ -385,15 +376,34 @@ def _status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _exit_code(exc: BatchpipeError) -> int:
+    """Bad input (the project's ``ValueError`` kinds: :class:`~worker.config.ConfigError`,
+    :class:`~batchpipe.batchfile.BatchFileError`; nothing was published) is 2, a
+    ``collect`` timeout 124, anything else 1."""
+    if isinstance(exc, ValueError):
+        return EXIT_USAGE
+    if isinstance(exc, CollectTimeoutError):
+        return EXIT_TIMEOUT
+    return EXIT_FAILED
+
+
+def _report(message: str, code: int | None = None) -> None:
+    prefix = "batchpipe:" if code is None else f"batchpipe: error {code}:"
+    print(f"{prefix} {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
-    except (ConfigError, BatchFileError, OSError) as exc:
-        print(f"batchpipe: error: {exc}", file=sys.stderr)
+    except BatchpipeError as exc:
+        _report(str(exc), exc.code)
+        return _exit_code(exc)
+    except OSError as exc:  # a file that cannot be read or written
+        _report(str(exc))
         return EXIT_USAGE
-    except (KafkaException, BatchNotFoundError) as exc:
-        print(f"batchpipe: error: {exc}", file=sys.stderr)
+    except KafkaException as exc:
+        _report(str(exc))
         return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

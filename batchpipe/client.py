@@ -28,7 +28,7 @@ from confluent_kafka import KafkaException
 
 from batchpipe.batchfile import (
     DEFAULT_LIMITS,
-    BatchLimits,
+    FileLimits,
     iter_file,
     validate_file,
     validate_requests,
@@ -46,7 +46,7 @@ from batchpipe.collect import (
 )
 from batchpipe.progress import Progress
 from worker.config import Config, load_config
-from worker.errors import RequestError
+from worker.errors import BatchpipeError, RequestError
 from worker.kafka import clients
 from worker.kafka.produce import produce
 from worker.wire.codec import CodecLimits, decode_request, encode_request
@@ -54,11 +54,11 @@ from worker.wire.messages import InferenceRequest, InferenceResult
 
 __all__ = [
     "DEFAULT_COMPLETION_WINDOW_S",
-    "BatchLimits",
     "BatchNotFoundError",
     "BatchStatus",
     "Client",
     "CollectTimeoutError",
+    "FileLimits",
     "SubmitReceipt",
 ]
 
@@ -80,7 +80,7 @@ class SubmitReceipt:
     submitted_at: float
 
 
-class CollectTimeoutError(TimeoutError):
+class CollectTimeoutError(BatchpipeError, TimeoutError):
     """The batch was not complete when the timeout ran out; ``status`` says how far it got."""
 
     def __init__(self, status: BatchStatus, timeout_s: float) -> None:
@@ -92,7 +92,7 @@ class CollectTimeoutError(TimeoutError):
         self.timeout_s = timeout_s
 
 
-class BatchNotFoundError(LookupError):
+class BatchNotFoundError(BatchpipeError, LookupError):
     """Neither a request nor a result of the batch is on its topics."""
 
 
@@ -109,7 +109,7 @@ class Client:
         config: Config | None = None,
         *,
         bootstrap: str | None = None,
-        limits: BatchLimits = DEFAULT_LIMITS,
+        limits: FileLimits = DEFAULT_LIMITS,
     ) -> None:
         config = config if config is not None else load_config()
         if bootstrap:

@@ -83,7 +83,7 @@ def run(broker: EmbeddedBroker, adaptive: bool) -> dict[str, object]:
         "adaptive": adaptive,
         "batches": snap.batches,
         "mean_batch_size": round(snap.mean_batch_size, 2),
-        "mean_batch_fill": round(snap.mean_fill_ratio, 3),
+        "mean_batch_fill": round(snap.mean_token_fill_ratio, 3),
         "peak_in_flight": peak,
         "requests_per_s": round(N / elapsed, 1),
         # resident MiB over the run, after the first fifth (imports, client buffers warm up)

@@ -255,7 +255,7 @@ def _stage_figures(worker: Worker, window: Window) -> dict[str, Any]:
     }
     per_request = {s: round(v / answered * 1e6, 2) for s, v in seconds.items()}
     loop_us = window.cpu["loop"] / window.requests * 1e6
-    share = {s: round(us / loop_us, 3) for s, us in per_request.items()}
+    share: dict[str, float] = {s: round(us / loop_us, 3) for s, us in per_request.items()}
     share["rest_of_loop"] = round(1 - sum(share.values()), 3)
     return {
         "stage_us_per_request": per_request,

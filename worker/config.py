@@ -20,10 +20,12 @@ from typing import Any, Literal
 import jsonschema
 import yaml
 
+from worker.errors import BatchpipeError
+
 ENV_PREFIX = "BATCHPIPE_"
 
 
-class ConfigError(ValueError):
+class ConfigError(BatchpipeError, ValueError):
     """The configuration is invalid; the message names the offending key."""
 
 

@@ -26,13 +26,15 @@ from worker.runner import BatchDone, EngineRunner, Finished
 log = logging.getLogger("batchpipe.worker")
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Running:
-    """The batch in the engine: what it holds and when it went in."""
+    """The batch in the engine: what it holds, when it went in, and the batch size limit
+    in force when it formed (the adaptive size may change while it runs)."""
 
-    runner_id: int
+    run_id: int
     batch: Batch[Job]
     dispatched_at: float
+    size_limit: int
 
 
 class EngineStage:
@@ -80,11 +82,11 @@ class EngineStage:
             batch = self._batcher.next_batch(now, flush=flush)
         if batch is None:
             return
-        runner_id = self._runner.submit([item.payload.engine_input for item in batch.items])
-        self._running = _Running(runner_id, batch, now)
+        run_id = self._runner.submit([item.payload.engine_input for item in batch.items])
+        self._running = _Running(run_id, batch, now, self._batcher.max_batch_size)
         log.debug(
             "batch %d: %d requests, %d tokens, %s",
-            runner_id,
+            run_id,
             batch.size,
             batch.tokens,
             batch.reason,
@@ -98,7 +100,7 @@ class EngineStage:
             return
         timeout_s = self._timeout_s
         for event in self._runner.drain():
-            if isinstance(event, Finished) and event.batch_id == running.runner_id:
+            if isinstance(event, Finished) and event.run_id == running.run_id:
                 for item in self._batcher.complete(event.completion.key):
                     result = completed(
                         item.payload,
@@ -112,7 +114,7 @@ class EngineStage:
                     self._outbox.result(
                         result, job.source, result.timings.queued_s, job.request.submitted_at
                     )
-            elif isinstance(event, BatchDone) and event.batch_id == running.runner_id:
+            elif isinstance(event, BatchDone) and event.run_id == running.run_id:
                 self._batch_done(running, event)
         since = self._runner.running_since()
         if self._running is not None and since is not None and time.monotonic() - since > timeout_s:
@@ -123,7 +125,8 @@ class EngineStage:
         self._metrics.batch_done(
             size=batch.size,
             tokens=batch.tokens,
-            fill_ratio=batch.tokens / self._max_batch_tokens,
+            fill_ratio=batch.size_fill(running.size_limit),
+            token_fill_ratio=batch.token_fill(self._max_batch_tokens),
             padding_waste=batch.padding_waste,
             batch_wait_s=[running.dispatched_at - i.payload.admitted_at for i in batch.items],
             engine_s=event.engine_s,

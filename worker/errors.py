@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from batcher.errors import BatchpipeError
+
+__all__ = ["BatchpipeError", "ErrorCode", "ModelLoadError", "RequestError"]
+
 
 class ErrorCode(IntEnum):
     """Every request gets exactly one answer; a failed one carries one of these codes."""
@@ -16,7 +20,7 @@ class ErrorCode(IntEnum):
     MODEL_LOAD_FAILED = 5003  # the model failed to load, or is unknown
 
 
-class RequestError(Exception):
+class RequestError(BatchpipeError):
     """A request that cannot be served; answered with ``code`` instead of a completion.
 
     ``custom_id`` is set when it could be recovered from the input, which decides
@@ -24,13 +28,13 @@ class RequestError(Exception):
     """
 
     def __init__(self, code: ErrorCode, message: str, custom_id: str | None = None) -> None:
-        super().__init__(f"{int(code)}: {message}")
-        self.code = code
+        super().__init__(message)
+        self.code: ErrorCode = code
         self.message = message
         self.custom_id = custom_id
 
 
-class ModelLoadError(Exception):
+class ModelLoadError(BatchpipeError):
     """The engine could not load its model (5003); the worker is not ready."""
 
     code = ErrorCode.MODEL_LOAD_FAILED

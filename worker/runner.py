@@ -23,10 +23,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Finished:
-    """One request done, with the batch it ran in."""
+    """One request done, with the run (submitted batch) it was part of."""
 
     completion: Completion
-    batch_id: int
+    run_id: int
     finished_at: float  # monotonic
 
 
@@ -34,7 +34,7 @@ class Finished:
 class BatchDone:
     """A submitted batch has fully finished (every request reported)."""
 
-    batch_id: int
+    run_id: int
     engine_s: float
     out_of_memory: int  # how many times a part of it ran out of memory
 
@@ -50,7 +50,7 @@ class EngineRunner:
         self._inbox: queue.Queue[tuple[int, Sequence[EngineInput]] | None] = queue.Queue()
         self._events: queue.Queue[Event] = queue.Queue()
         self._lock = threading.Lock()
-        self._running: tuple[int, float] | None = None  # (batch id, started at)
+        self._running: tuple[int, float] | None = None  # (run id, started at)
         self._next_id = 0
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
         self._thread.start()
@@ -60,14 +60,15 @@ class EngineRunner:
             return self._running[1] if self._running else None
 
     def submit(self, inputs: Sequence[EngineInput]) -> int:
+        """Hand ``inputs`` to the engine thread; returns the run id its events carry."""
         with self._lock:
             self._next_id += 1
-            batch_id = self._next_id
+            run_id = self._next_id
             # marked running now, not when the thread picks it up: the hang watchdog counts
             # from the hand-over
-            self._running = (batch_id, time.monotonic())
-        self._inbox.put((batch_id, inputs))
-        return batch_id
+            self._running = (run_id, time.monotonic())
+        self._inbox.put((run_id, inputs))
+        return run_id
 
     def drain(self, timeout_s: float = 0.0) -> list[Event]:
         """Events so far; waits up to ``timeout_s`` for the first one."""
@@ -91,20 +92,20 @@ class EngineRunner:
             item = self._inbox.get()
             if item is None:
                 return
-            batch_id, inputs = item
+            run_id, inputs = item
             started = time.monotonic()
-            ooms = self._run_split(batch_id, inputs)
+            ooms = self._run_split(run_id, inputs)
             with self._lock:
                 self._running = None
-            self._events.put(BatchDone(batch_id, time.monotonic() - started, ooms))
+            self._events.put(BatchDone(run_id, time.monotonic() - started, ooms))
 
-    def _run_split(self, batch_id: int, inputs: Sequence[EngineInput]) -> int:
+    def _run_split(self, run_id: int, inputs: Sequence[EngineInput]) -> int:
         """Run ``inputs``; on failure retry each half. Returns the out-of-memory count."""
         done: set[str] = set()
 
         def on_complete(completion: Completion) -> None:
             done.add(completion.key)
-            self._events.put(Finished(completion, batch_id, time.monotonic()))
+            self._events.put(Finished(completion, run_id, time.monotonic()))
 
         try:
             self._engine.run_batch(inputs, on_complete)
@@ -120,9 +121,7 @@ class EngineRunner:
             log.warning("batch of %d failed (%s); retrying in halves", len(rest), exc)
             mid = len(rest) // 2
             return (
-                int(oom)
-                + self._run_split(batch_id, rest[:mid])
-                + self._run_split(batch_id, rest[mid:])
+                int(oom) + self._run_split(run_id, rest[:mid]) + self._run_split(run_id, rest[mid:])
             )
 
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from worker.config import GenerationConfig
-from worker.errors import ErrorCode
+from worker.errors import BatchpipeError, ErrorCode
 from worker.wire.messages import ErrorInfo, FinishReason, InferenceRequest, SamplingParams
 
 
@@ -151,7 +151,7 @@ class Completion:
         )
 
 
-class EngineOutOfMemory(RuntimeError):
+class EngineOutOfMemory(BatchpipeError, RuntimeError):
     """The batch did not fit in the device's memory; split it and shrink the batch size."""
 
 

@@ -18,10 +18,12 @@ from types import TracebackType
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from worker.errors import BatchpipeError
+
 HOST = "127.0.0.1"
 
 
-class BrokerError(RuntimeError):
+class BrokerError(BatchpipeError, RuntimeError):
     """The embedded broker could not be found or started."""
 
 

@@ -30,8 +30,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from batcher import OffsetTracker, Partition
 from worker.config import KafkaConfig
+from worker.errors import BatchpipeError
 from worker.kafka import clients
 from worker.kafka.produce import Headers, OnDelivery, produce
+from worker.obs.metrics import TxOutcome
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +44,11 @@ _FENCED = frozenset(
 )
 
 
-class FatalKafkaError(RuntimeError):
+class FatalKafkaError(BatchpipeError, RuntimeError):
     """The producer cannot go on (fenced by a newer owner, fatal error): exit, restart."""
 
 
-class TransactionAborted(RuntimeError):
+class TransactionAborted(BatchpipeError, RuntimeError):
     """A transaction was aborted: what it held for ``partitions`` since their last commit
     is undone, and those records must be consumed again."""
 
@@ -220,11 +222,11 @@ class TransactionalPublisher(Publisher):
         consumer: Consumer,
         tracker: OffsetTracker,
         prefix: str,
-        on_outcome: Callable[[str], None] = lambda outcome: None,
+        on_outcome: Callable[[TxOutcome], None] = lambda outcome: None,
     ) -> None:
         super().__init__(kafka, consumer, tracker)
         self._prefix = prefix
-        self._on_outcome = on_outcome  # "commit" | "abort", for the transactions metric
+        self._on_outcome = on_outcome  # for the transactions metric
         self._owned: dict[Partition, _Transactions] = {}
 
     def assign(self, partitions: Collection[Partition]) -> None:
@@ -312,7 +314,7 @@ class TransactionalPublisher(Publisher):
                 txn.producer.flush(_TIMEOUT_S)
 
 
-class _Abortable(RuntimeError):
+class _Abortable(BatchpipeError, RuntimeError):
     """The transaction must be aborted; the producer itself can go on."""
 
 

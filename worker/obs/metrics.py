@@ -4,7 +4,8 @@
 several workers (or tests) in one process do not collide. Every label takes values from a
 small fixed set (model, status, error code, token kind, stage, transaction outcome,
 rebalance kind, and topic/partition for lag): a per-request label would make the series
-count grow without bound. Label children of the fixed sets are created up front, so every
+count grow without bound. The fixed sets callers pass are ``Literal`` types, so mypy
+rejects any other value. Label children of the fixed sets are created up front, so every
 series exists (at zero) from the first scrape and ``rate()`` sees the first increment.
 """
 
@@ -16,17 +17,22 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from worker.errors import ErrorCode
+from worker.wire.messages import Status
 
-STATUSES: Final = ("completed", "failed")
+Stage = Literal["decode", "batch", "encode", "produce"]
+TxOutcome = Literal["commit", "abort"]
+RebalanceKind = Literal["assign", "revoke", "lost"]
+
+STATUSES: Final[tuple[Status, ...]] = get_args(Status)
 TOKEN_KINDS: Final = ("prompt", "completion", "reasoning")
-STAGES: Final = ("decode", "batch", "encode", "produce")
-TX_OUTCOMES: Final = ("commit", "abort")
-REBALANCE_KINDS: Final = ("assign", "revoke", "lost")
+STAGES: Final[tuple[Stage, ...]] = get_args(Stage)
+TX_OUTCOMES: Final[tuple[TxOutcome, ...]] = get_args(TxOutcome)
+REBALANCE_KINDS: Final[tuple[RebalanceKind, ...]] = get_args(RebalanceKind)
 
 # 5 ms .. 10 min, roughly log-spaced: a request of an LLM batch takes from a few
 # milliseconds (echo engine) to minutes (long generations queued behind a full batch).
@@ -52,6 +58,7 @@ class MetricsSnapshot:
     batches: int
     batched_requests: int
     fill_ratio_sum: float
+    token_fill_ratio_sum: float
     total_lag: int
 
     @property
@@ -64,15 +71,21 @@ class MetricsSnapshot:
 
     @property
     def mean_fill_ratio(self) -> float:
+        """Mean batch size ÷ the batch size limit in force when the batch formed."""
         return self.fill_ratio_sum / self.batches if self.batches else 0.0
+
+    @property
+    def mean_token_fill_ratio(self) -> float:
+        """Mean batch tokens ÷ ``max_batch_tokens``."""
+        return self.token_fill_ratio_sum / self.batches if self.batches else 0.0
 
 
 class WorkerMetrics:
     """The metrics of one worker process; one small method per event the worker sees.
 
-    All methods are thread-safe. ``status``, ``code``, ``kind``, ``stage``, ``outcome``
-    outside their fixed sets raise :class:`ValueError`: that is a bug in the caller, and
-    accepting it would create an unbounded label.
+    All methods are thread-safe. An error ``code`` outside :class:`ErrorCode` raises
+    :class:`ValueError`: that is a bug in the caller, and accepting it would create an
+    unbounded label.
     """
 
     def __init__(
@@ -121,7 +134,14 @@ class WorkerMetrics:
             "batchpipe_batch_tokens", "Token budget used per batch.", BATCH_TOKEN_BUCKETS
         )
         self._fill = histogram(
-            "batchpipe_batch_fill_ratio", "Batch size / maximum batch size.", FILL_RATIO_BUCKETS
+            "batchpipe_batch_fill_ratio",
+            "Batch size / the batch size limit when it formed.",
+            FILL_RATIO_BUCKETS,
+        )
+        self._token_fill = histogram(
+            "batchpipe_batch_token_fill_ratio",
+            "Batch tokens / max_batch_tokens.",
+            FILL_RATIO_BUCKETS,
         )
         self._padding = histogram(
             "batchpipe_padding_waste_ratio",
@@ -165,7 +185,7 @@ class WorkerMetrics:
 
     def answered(
         self,
-        status: str,
+        status: Status,
         code: int | None,
         usage_prompt: int,
         usage_completion: int,
@@ -174,7 +194,6 @@ class WorkerMetrics:
         queue_wait_s: float,
     ) -> None:
         """A result (completed or failed) was published. ``e2e_s`` is None without submitted_at."""
-        _check(status, STATUSES, "status")
         code_label = None if code is None else str(int(ErrorCode(code)))  # validate first
         self._requests.labels(self._model, status).inc()
         if code_label is not None:
@@ -197,14 +216,18 @@ class WorkerMetrics:
         size: int,
         tokens: int,
         fill_ratio: float,
+        token_fill_ratio: float,
         padding_waste: float,
         batch_wait_s: Sequence[float] | float,
         engine_s: float,
     ) -> None:
-        """A batch left the engine. ``batch_wait_s``: one wait per request, or one for all."""
+        """A batch left the engine. ``fill_ratio``: size ÷ the batch size limit in force when
+        it formed; ``token_fill_ratio``: tokens ÷ ``max_batch_tokens``. ``batch_wait_s``:
+        one wait per request, or one for all."""
         self._batch_size.observe(size)
         self._batch_tokens.observe(tokens)
         self._fill.observe(fill_ratio)
+        self._token_fill.observe(token_fill_ratio)
         self._padding.observe(padding_waste)
         waits = (batch_wait_s,) if isinstance(batch_wait_s, (int, float)) else batch_wait_s
         for wait in waits:
@@ -229,12 +252,10 @@ class WorkerMetrics:
     def dedup_hit(self) -> None:
         self._dedup.inc()
 
-    def transaction(self, outcome: str) -> None:
-        _check(outcome, TX_OUTCOMES, "outcome")
+    def transaction(self, outcome: TxOutcome) -> None:
         self._transactions.labels(outcome).inc()
 
-    def rebalance(self, kind: str) -> None:
-        _check(kind, REBALANCE_KINDS, "kind")
+    def rebalance(self, kind: RebalanceKind) -> None:
         self._rebalances.labels(kind).inc()
 
     def set_paused(self, n: int) -> None:
@@ -263,9 +284,8 @@ class WorkerMetrics:
             self._lag = current
 
     @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
+    def stage(self, name: Stage) -> Iterator[None]:
         """Add the wall time of the ``with`` body to ``batchpipe_stage_seconds_total{stage}``."""
-        _check(name, STAGES, "stage")
         child = self._stage.labels(name)
         start = time.perf_counter()
         try:
@@ -290,6 +310,7 @@ class WorkerMetrics:
             batches=int(self._value("batchpipe_batch_size_count")),
             batched_requests=int(self._value("batchpipe_batch_size_sum")),
             fill_ratio_sum=self._value("batchpipe_batch_fill_ratio_sum"),
+            token_fill_ratio_sum=self._value("batchpipe_batch_token_fill_ratio_sum"),
             total_lag=total_lag,
         )
 
@@ -298,8 +319,3 @@ class WorkerMetrics:
             labels = {"model": self._model, **labels}
         value = self.registry.get_sample_value(name, labels)
         return value if value is not None else 0.0
-
-
-def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
-    if value not in allowed:
-        raise ValueError(f"{what} must be one of {allowed}, got {value!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from batcher import Batch, BatchLimits, DynamicBatcher, OverLimit, Pending
+from batcher import Batch, BatchLimits, DynamicBatcher, Pending
 
 FIFO = BatchLimits(
     max_batch_size=4, max_batch_tokens=100, timeout_s=0.1, length_aware=False, shared_prefix=False
@@ -86,11 +86,10 @@ def test_flush_drains_without_waiting() -> None:
     assert b.next_batch(0.0, flush=True) is None
 
 
-def test_over_limit_is_refused_and_not_kept() -> None:
+def test_over_limit_is_a_caller_bug_and_not_kept() -> None:
     b: DynamicBatcher[str] = DynamicBatcher(FIFO)
-    with pytest.raises(OverLimit) as err:
+    with pytest.raises(ValueError, match=r"'huge' needs 101 tokens.*max_batch_tokens=100"):
         b.add(item("huge", prompt=90, gen=11), 0.0)
-    assert err.value.key == "huge" and err.value.tokens == 101 and err.value.limit == 100
     assert b.in_flight() == 0
     b.add(item("exact", prompt=90, gen=10), 0.0)  # exactly the limit is fine
     assert b.in_flight() == 1

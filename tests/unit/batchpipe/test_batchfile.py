@@ -10,7 +10,7 @@ import pytest
 
 from batchpipe.batchfile import (
     BatchFileError,
-    BatchLimits,
+    FileLimits,
     LineProblem,
     iter_file,
     validate_file,
@@ -60,7 +60,7 @@ def test_last_line_without_newline_is_read(tmp_path: Path) -> None:
 
 
 def test_every_bad_line_is_named_with_its_code(tmp_path: Path) -> None:
-    limits = BatchLimits(max_line_bytes=400)
+    limits = FileLimits(max_line_bytes=400)
     path = write(
         tmp_path,
         line("ok"),
@@ -84,32 +84,32 @@ def test_every_bad_line_is_named_with_its_code(tmp_path: Path) -> None:
 def test_a_line_at_the_limit_passes_and_one_byte_more_does_not(tmp_path: Path) -> None:
     exact = line("a")
     size = len(exact.encode())
-    assert validate_file(write(tmp_path, exact), BatchLimits(max_line_bytes=size)) == 1
+    assert validate_file(write(tmp_path, exact), FileLimits(max_line_bytes=size)) == 1
     with pytest.raises(BatchFileError) as exc:
-        validate_file(write(tmp_path, exact, line("b")), BatchLimits(max_line_bytes=size - 1))
+        validate_file(write(tmp_path, exact, line("b")), FileLimits(max_line_bytes=size - 1))
     assert problems(exc) == [(1, 4003), (2, 4003)]
 
 
 def test_oversize_line_far_over_the_limit_is_skipped_not_read_whole(tmp_path: Path) -> None:
     path = write(tmp_path, line("a"), line("huge", padding="y" * (3 << 20)), line("b"))
     with pytest.raises(BatchFileError) as exc:
-        validate_file(path, BatchLimits(max_line_bytes=1000))
+        validate_file(path, FileLimits(max_line_bytes=1000))
     assert problems(exc) == [(2, 4003)]
     assert f"{len(line('huge', padding='y' * (3 << 20)))} bytes" in str(exc.value)
 
 
 def test_too_many_lines_is_reported_at_the_first_line_over(tmp_path: Path) -> None:
     path = write(tmp_path, *(line(str(i)) for i in range(5)))
-    assert validate_file(path, BatchLimits(max_lines=5)) == 5
+    assert validate_file(path, FileLimits(max_lines=5)) == 5
     with pytest.raises(BatchFileError) as exc:
-        validate_file(path, BatchLimits(max_lines=3))
+        validate_file(path, FileLimits(max_lines=3))
     assert problems(exc) == [(4, 4003)]
 
 
 def test_file_over_the_size_limit_is_rejected_before_reading(tmp_path: Path) -> None:
     path = write(tmp_path, line("a"), line("b"))
     with pytest.raises(BatchFileError) as exc:
-        validate_file(path, BatchLimits(max_file_bytes=10))
+        validate_file(path, FileLimits(max_file_bytes=10))
     assert exc.value.problems == (LineProblem(0, 4003, exc.value.problems[0].message),)
     assert "file: 4003" in str(exc.value)
 
@@ -122,7 +122,7 @@ def test_empty_file_is_rejected(tmp_path: Path) -> None:
 
 def test_mixed_models_pass_when_allowed(tmp_path: Path) -> None:
     path = write(tmp_path, line("a", model="m"), line("b", model="n"))
-    assert validate_file(path, BatchLimits(one_model=False)) == 2
+    assert validate_file(path, FileLimits(one_model=False)) == 2
 
 
 def test_changed_file_between_validation_and_publishing_fails(tmp_path: Path) -> None:
@@ -143,7 +143,7 @@ def test_in_memory_requests_follow_the_same_rules() -> None:
     big = json.loads(line("w", padding="p" * 300))
     with pytest.raises(BatchFileError) as exc:
         validate_requests(
-            [good, mapping, good, bad_value, no_input, big], BatchLimits(max_line_bytes=300)
+            [good, mapping, good, bad_value, no_input, big], FileLimits(max_line_bytes=300)
         )
     assert problems(exc) == [(3, 4001), (4, 4002), (5, 4002), (6, 4003)]
     assert str(exc.value).startswith("requests: 4 problems")

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from batchpipe import BatchNotFoundError, BatchpipeError, CollectTimeoutError, cli
 from batchpipe.cli import duration, format_status, main
 from batchpipe.collect import BatchStatus
 from tests import ROOT
+from worker.config import Config, ConfigError
+from worker.errors import ErrorCode, ModelLoadError, RequestError
 
 UNUSED_BOOTSTRAP = "127.0.0.1:1"  # nothing listens there: a command that connects would hang
 
@@ -75,8 +78,38 @@ def test_config_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["status", "b", "--bootstrap", UNUSED_BOOTSTRAP, "--set", "kafka.partitions=x"])
     assert code == 2
     err = capsys.readouterr().err
-    assert err.startswith("batchpipe: error: invalid configuration")
-    assert "kafka.partitions" in err
+    assert err.startswith("batchpipe: invalid configuration")
+    assert "kafka.partitions" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("error", "exit_code", "line"),
+    [
+        (RequestError(ErrorCode.OVER_LIMIT, "too long"), 1, "batchpipe: error 4003: too long"),
+        (ModelLoadError("no such model"), 1, "batchpipe: error 5003: no such model"),
+        (BatchNotFoundError("no batch b"), 1, "batchpipe: no batch b"),
+        (ConfigError("bad key"), 2, "batchpipe: bad key"),
+        (
+            CollectTimeoutError(BatchStatus("b", 3, 1, 0, "in_progress", 0, 0, 0, None), 5),
+            124,
+            "batchpipe: batch b: 1 of 3 requests answered after 5s",
+        ),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BatchpipeError) else None,
+)
+def test_a_batchpipe_error_is_one_line_with_its_code_and_exit_code(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    error: BatchpipeError,
+    exit_code: int,
+    line: str,
+) -> None:
+    def fail(args: object) -> Config:
+        raise error
+
+    monkeypatch.setattr(cli, "load", fail)
+    assert main(["status", "b", "--bootstrap", UNUSED_BOOTSTRAP]) == exit_code
+    assert capsys.readouterr().err == line + "\n"
 
 
 def test_invalid_batch_file_exits_2_naming_lines(

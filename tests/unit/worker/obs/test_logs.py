@@ -75,6 +75,7 @@ def snap(**changes: int) -> MetricsSnapshot:
         batches=0,
         batched_requests=0,
         fill_ratio_sum=0.0,
+        token_fill_ratio_sum=0.0,
         total_lag=0,
     )
     return replace(base, **changes)
