@@ -26,11 +26,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from batcher import OffsetTracker, Partition
 from worker.config import KafkaConfig
 from worker.kafka import clients
+from worker.kafka.consumer import KafkaConsumer
 from worker.kafka.produce import Headers, OnDelivery, produce
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class TransactionAborted(RuntimeError):
 class Publisher(ABC):
     """Produces answers and commits the offsets of answered records."""
 
-    def __init__(self, kafka: KafkaConfig, consumer: Consumer, tracker: OffsetTracker) -> None:
+    def __init__(self, kafka: KafkaConfig, consumer: KafkaConsumer, tracker: OffsetTracker) -> None:
         self._kafka = kafka
         self._consumer = consumer
         self._tracker = tracker
@@ -135,7 +136,7 @@ def _produce(
 
 
 class AtLeastOncePublisher(Publisher):
-    def __init__(self, kafka: KafkaConfig, consumer: Consumer, tracker: OffsetTracker) -> None:
+    def __init__(self, kafka: KafkaConfig, consumer: KafkaConsumer, tracker: OffsetTracker) -> None:
         super().__init__(kafka, consumer, tracker)
         self._producer = clients.producer(kafka)
         self._failure: KafkaError | None = None
@@ -198,7 +199,7 @@ class _Transactions:
             self.open = True
         _produce(self.producer, topic, key, value, headers, _log_delivery_error)
 
-    def commit(self, offsets: list[TopicPartition], consumer: Consumer) -> None:
+    def commit(self, offsets: list[TopicPartition], consumer: KafkaConsumer) -> None:
         if offsets:
             metadata = consumer.consumer_group_metadata()
             _call(self.producer.send_offsets_to_transaction, offsets, metadata, _TIMEOUT_S)
@@ -217,7 +218,7 @@ class TransactionalPublisher(Publisher):
     def __init__(
         self,
         kafka: KafkaConfig,
-        consumer: Consumer,
+        consumer: KafkaConsumer,
         tracker: OffsetTracker,
         prefix: str,
         on_outcome: Callable[[str], None] = lambda outcome: None,
@@ -343,7 +344,7 @@ def _log_delivery_error(err: KafkaError | None, _msg: Message) -> None:
         log.warning("transactional delivery failed: %s", err)
 
 
-def rewind(consumer: Consumer, partitions: Collection[Partition]) -> None:
+def rewind(consumer: KafkaConsumer, partitions: Collection[Partition]) -> None:
     """Seek ``partitions`` back to their committed offsets (after an abort)."""
     committed = consumer.committed(
         [TopicPartition(t, p) for t, p in partitions], timeout=_TIMEOUT_S
