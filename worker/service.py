@@ -256,6 +256,7 @@ class Worker:
             offset,
             message.key() if isinstance(message.key(), bytes) else None,
             timestamp_ms / 1000.0 if timestamp_ms > 0 else None,
+            generation=self.ledger.generation,
         )
         self.ledger.open(source)
         with self.metrics.stage("decode"):

@@ -48,6 +48,22 @@ def test_answers_of_a_batch_revoked_on_the_engine_are_not_published(kind: Rebala
         assert r.answers() == Counter(dict.fromkeys(ids, 1))
 
 
+def test_a_partition_back_while_its_old_batch_runs_gets_each_record_answered_once() -> None:
+    with rig(loop_config(), GatedEngine()) as r:
+        ids = submit(r)
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: len(r.engine.batches) == 1, "a batch on the engine")
+        r.consumer.rebalance("revoke", [P0, P1])
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: len(r.worker.batcher) == 4, "the records read again")
+        assert r.worker.engine_stage.busy, "the old batch should still be on the engine"
+
+        r.engine.open()
+        r.step_until(lambda: r.settled(ids), "every record answered and committed")
+        assert r.answers() == Counter(dict.fromkeys(ids, 1))
+        assert len(r.engine.batches) == 2  # the old run and the new one
+
+
 def test_split_and_retry_fails_only_the_poison_request() -> None:
     prompts = {"r0": "alpha", "r1": "beta", "r2": "poison", "r3": "gamma"}
     with rig(loop_config(), GatedEngine(gated=False, poison="poison")) as r:
