@@ -329,6 +329,8 @@ class Worker:
         self._publisher.assign([(tp.topic, tp.partition) for tp in partitions])
         if self._paused:
             consumer.pause(partitions)
+        else:
+            consumer.resume(partitions)  # librdkafka keeps a pause across unassign and assign
 
     def _on_revoke(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalance("revoke")

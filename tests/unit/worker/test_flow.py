@@ -40,6 +40,22 @@ def test_a_full_worker_pauses_its_partitions_and_resumes_them_when_room_frees() 
         assert r.answers() == Counter(dict.fromkeys(ids, 1))
 
 
+def test_partitions_paused_revoked_and_assigned_again_are_read_again() -> None:
+    with rig(loop_config(prefetch_count=4, max_batch_size=2), GatedEngine()) as r:
+        ids = fill(r, per_partition=6)
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: r.consumer.paused() == {P0, P1}, "the partitions paused")
+        r.consumer.rebalance("revoke", [P0, P1])
+        r.step_until(lambda: not r.consumer.rebalancing, "the revoke")
+        r.engine.open()
+        r.step_until(lambda: not r.worker.engine_stage.busy, "the old batch to finish")
+
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: r.settled(ids), "every record answered and committed")
+        assert r.answers() == Counter(dict.fromkeys(ids, 1))
+        assert paused_gauge(r) == 0
+
+
 def test_sigterm_drains_in_flight_work_commits_it_and_exits_0() -> None:
     # no commit before the end: what is committed, the drain committed
     config = loop_config(max_batch_size=2, commit_interval_ms=3_600_000)
