@@ -82,3 +82,4 @@ def test_sigterm_drains_in_flight_work_commits_it_and_exits_0() -> None:
     assert broker.answers(RESULTS) == Counter(dict.fromkeys(ids, 1))
     assert broker.committed == {P0: 3}
     assert clients.fake_consumer.closed
+    assert {RESULTS, config.kafka.dead_letter_topic} <= broker.topics  # ensured at start
