@@ -17,17 +17,33 @@ from worker.wire.messages import ErrorInfo, InferenceRequest, InferenceResult, T
 
 @dataclass(frozen=True)
 class Source:
-    """Where a record came from: enough to commit past it and to dead-letter it."""
+    """Where a record came from: enough to commit past it and to dead-letter it.
+
+    ``generation`` tells two consumptions of one offset apart: the
+    :attr:`~worker.ledger.Ledger.generation` it was read in.
+    """
 
     topic: str
     partition: int
     offset: int
     key: bytes | None = None
     timestamp_s: float | None = None  # the broker record's create time
+    generation: int = 0
+
+    @property
+    def position(self) -> str:
+        """``topic/partition/offset``: the record, for logs and dead-letter headers."""
+        return f"{self.topic}/{self.partition}/{self.offset}"
 
     @property
     def ref(self) -> str:
-        return f"{self.topic}/{self.partition}/{self.offset}"
+        """This consumption of the record: its request's key in the batcher and the engine.
+
+        Unique among requests in flight, also when an offset is read again (after a revoke
+        or a rewind) while its previous consumption still runs on the engine, so that the
+        old run's completion can never answer, or collide with, the new one.
+        """
+        return f"{self.position}#{self.generation}"
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,9 @@ class Ledger:
         self.admission = Admission(prefetch_count)
         self.tracker = OffsetTracker()
         self._open: defaultdict[Partition, set[int]] = defaultdict(set)
+        #: counts :meth:`forget` calls; a record read again after its partition was
+        #: forgotten is read in a later generation (see :attr:`worker.jobs.Source.ref`)
+        self.generation = 0
 
     def __len__(self) -> int:
         return self.admission.inflight
@@ -47,3 +50,4 @@ class Ledger:
         for partition in partitions:
             self.admission.release(len(self._open.pop(partition, ())))
         self.tracker.forget(partitions)
+        self.generation += 1

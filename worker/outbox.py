@@ -82,7 +82,7 @@ class Outbox:
         source = letter.source
         log.warning(
             "dead-lettering %s: %d %s",
-            source.ref,
+            source.position,
             letter.code,
             letter.message,
             extra={"code": int(letter.code)},
@@ -91,7 +91,7 @@ class Outbox:
             *letter.headers,
             ("error-code", str(int(letter.code)).encode()),
             ("error-message", letter.message.encode()),
-            ("source", source.ref.encode()),
+            ("source", source.position.encode()),
         ]
 
         def answered() -> None:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
 from batcher import (
     AdaptiveBatchSize,
@@ -34,15 +34,9 @@ from worker.engines.factory import create_engine
 from worker.errors import ErrorCode, ModelLoadError
 from worker.intake import DeadLetter, Intake
 from worker.jobs import Identity, Job, Source
-from worker.kafka import clients
-from worker.kafka.publisher import (
-    AtLeastOncePublisher,
-    FatalKafkaError,
-    Publisher,
-    TransactionAborted,
-    TransactionalPublisher,
-    rewind,
-)
+from worker.kafka.consumer import KafkaConsumer, Record
+from worker.kafka.factory import ConfluentClients, KafkaClients
+from worker.kafka.publisher import FatalKafkaError, Publisher, TransactionAborted, rewind
 from worker.ledger import Ledger
 from worker.obs.health import Health, MetricsServer
 from worker.obs.logs import SummaryLogger
@@ -58,8 +52,13 @@ _PAUSE_AFTER_S = 0.5
 
 
 class Worker:
-    def __init__(self, config: Config, engine: Engine | None = None) -> None:
+    """One worker process's pipeline; ``clients`` default to confluent-kafka's."""
+
+    def __init__(
+        self, config: Config, engine: Engine | None = None, clients: KafkaClients | None = None
+    ) -> None:
         self.config = config
+        self.clients = clients or ConfluentClients(config.kafka)
         self.worker_id = config.worker.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.engine = engine or create_engine(config.engine, config.batching)
         self.identity = Identity(worker_id=self.worker_id, model=self.engine.model_name)
@@ -99,7 +98,7 @@ class Worker:
         self._full_since: float | None = None
         self._stop = threading.Event()
         self._summary = SummaryLogger(log)
-        self._consumer: Consumer | None = None
+        self._consumer: KafkaConsumer | None = None
         self._publisher: Publisher | None = None
         self._outbox: Outbox | None = None
         self._engine_stage: EngineStage | None = None
@@ -144,18 +143,11 @@ class Worker:
 
     def _start_kafka(self) -> None:
         k = self.config.kafka
-        clients.ensure_topics(k, [k.requests_topic, k.results_topic, k.dead_letter_topic])
-        self._consumer = clients.consumer(
-            k,
-            extra={"statistics.interval.ms": 5000, "stats_cb": self.metrics.observe_kafka_stats},
+        self.clients.ensure_topics([k.requests_topic, k.results_topic, k.dead_letter_topic])
+        self._consumer = self.clients.consumer(self.metrics.observe_kafka_stats)
+        self._publisher = self.clients.publisher(
+            self._consumer, self.ledger.tracker, self.metrics.transaction
         )
-        if k.delivery == "exactly_once":
-            prefix = f"batchpipe.{k.group_id}"
-            self._publisher = TransactionalPublisher(
-                k, self._consumer, self.ledger.tracker, prefix, on_outcome=self.metrics.transaction
-            )
-        else:
-            self._publisher = AtLeastOncePublisher(k, self._consumer, self.ledger.tracker)
         self._outbox = Outbox(k, self._publisher, self.ledger, self.metrics, self.identity)
         self.health.set_producer_ok(True)
         self._consumer.subscribe(
@@ -228,7 +220,7 @@ class Worker:
 
     # -- the verbs ---------------------------------------------------------------------
 
-    def _poll(self, draining: bool) -> list[Message]:
+    def _poll(self, draining: bool) -> list[Record]:
         assert self._consumer is not None
         room = 0 if draining else min(self.admission.room, _MAX_POLL_BATCH)
         if self.engine_stage.busy:
@@ -254,7 +246,7 @@ class Worker:
                 log.warning("consumer error: %s", error)
         return good
 
-    def _decode_admit(self, message: Message, now: float) -> None:
+    def _decode_admit(self, message: Record, now: float) -> None:
         topic, partition, offset = message.topic(), message.partition(), message.offset()
         assert topic is not None and partition is not None and offset is not None
         _, timestamp_ms = message.timestamp()
@@ -264,6 +256,7 @@ class Worker:
             offset,
             message.key() if isinstance(message.key(), bytes) else None,
             timestamp_ms / 1000.0 if timestamp_ms > 0 else None,
+            generation=self.ledger.generation,
         )
         self.ledger.open(source)
         with self.metrics.stage("decode"):
@@ -328,7 +321,7 @@ class Worker:
 
     # -- rebalances --------------------------------------------------------------------
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalance("assign")
         self.health.set_consumer_ok(True)
         log.info("assigned %s", _names(partitions))
@@ -336,8 +329,10 @@ class Worker:
         self._publisher.assign([(tp.topic, tp.partition) for tp in partitions])
         if self._paused:
             consumer.pause(partitions)
+        else:
+            consumer.resume(partitions)  # librdkafka keeps a pause across unassign and assign
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalance("revoke")
         log.info("revoked %s", _names(partitions))
         assert self._publisher is not None
@@ -348,7 +343,7 @@ class Worker:
             log.warning("commit on revoke aborted; the new owner answers those requests again")
         self._drop(revoked)
 
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalance("lost")
         log.warning("lost %s", _names(partitions))
         assert self._publisher is not None

@@ -26,12 +26,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from batcher import OffsetTracker, Partition
 from worker.config import KafkaConfig
 from worker.errors import BatchpipeError
 from worker.kafka import clients
+from worker.kafka.consumer import KafkaConsumer
 from worker.kafka.produce import Headers, OnDelivery, produce
 from worker.obs.metrics import TxOutcome
 
@@ -60,7 +61,7 @@ class TransactionAborted(BatchpipeError, RuntimeError):
 class Publisher(ABC):
     """Produces answers and commits the offsets of answered records."""
 
-    def __init__(self, kafka: KafkaConfig, consumer: Consumer, tracker: OffsetTracker) -> None:
+    def __init__(self, kafka: KafkaConfig, consumer: KafkaConsumer, tracker: OffsetTracker) -> None:
         self._kafka = kafka
         self._consumer = consumer
         self._tracker = tracker
@@ -137,7 +138,7 @@ def _produce(
 
 
 class AtLeastOncePublisher(Publisher):
-    def __init__(self, kafka: KafkaConfig, consumer: Consumer, tracker: OffsetTracker) -> None:
+    def __init__(self, kafka: KafkaConfig, consumer: KafkaConsumer, tracker: OffsetTracker) -> None:
         super().__init__(kafka, consumer, tracker)
         self._producer = clients.producer(kafka)
         self._failure: KafkaError | None = None
@@ -200,7 +201,7 @@ class _Transactions:
             self.open = True
         _produce(self.producer, topic, key, value, headers, _log_delivery_error)
 
-    def commit(self, offsets: list[TopicPartition], consumer: Consumer) -> None:
+    def commit(self, offsets: list[TopicPartition], consumer: KafkaConsumer) -> None:
         if offsets:
             metadata = consumer.consumer_group_metadata()
             _call(self.producer.send_offsets_to_transaction, offsets, metadata, _TIMEOUT_S)
@@ -219,7 +220,7 @@ class TransactionalPublisher(Publisher):
     def __init__(
         self,
         kafka: KafkaConfig,
-        consumer: Consumer,
+        consumer: KafkaConsumer,
         tracker: OffsetTracker,
         prefix: str,
         on_outcome: Callable[[TxOutcome], None] = lambda outcome: None,
@@ -345,7 +346,7 @@ def _log_delivery_error(err: KafkaError | None, _msg: Message) -> None:
         log.warning("transactional delivery failed: %s", err)
 
 
-def rewind(consumer: Consumer, partitions: Collection[Partition]) -> None:
+def rewind(consumer: KafkaConsumer, partitions: Collection[Partition]) -> None:
     """Seek ``partitions`` back to their committed offsets (after an abort)."""
     committed = consumer.committed(
         [TopicPartition(t, p) for t, p in partitions], timeout=_TIMEOUT_S

@@ -1,0 +1,368 @@
+"""In-memory Kafka and a gated engine, to drive the worker loop without a broker.
+
+* :class:`FakeBroker` — the requests topic's partition logs, the group's committed offsets
+  and every record published.
+* :class:`FakeConsumer` — librdkafka's consumer as the worker sees it. Rebalances are
+  queued by the test and served one per ``poll``/``consume`` call, callbacks first, as
+  librdkafka serves them; ``close`` revokes the assignment through ``on_revoke`` too. An
+  assigned partition is read from its committed offset (else from the start,
+  ``auto.offset.reset: earliest``), so records not committed before a revoke are read
+  again. Pause is a flag of the partition, not of the assignment: it survives
+  unassign and assign, as in librdkafka.
+* :class:`FakePublisher` — the :class:`Publisher` contract in memory. An answer counts as
+  given when it is sent (``on_answered`` runs inside ``send``), as inside a transaction;
+  commits write the tracker's offsets to the broker through the consumer. Like the
+  transactional publisher it refuses an answer for a partition it does not own.
+* :class:`GatedEngine` — the echo engine's answers, but ``run_batch`` waits until the test
+  opens its gate, so a batch stays "on the engine" for as long as a test needs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_INVALID,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+
+from batcher import OffsetTracker, Partition
+from worker.config import KafkaConfig
+from worker.engines.base import Engine, EngineInput, OnComplete
+from worker.engines.echo import EchoEngine
+from worker.kafka.consumer import KafkaConsumer, RebalanceCallback, RecordHeaders
+from worker.kafka.factory import KafkaClients, OnOutcome, OnStats
+from worker.kafka.produce import Headers
+from worker.kafka.publisher import OnAnswered, Publisher
+from worker.wire.codec import decode_result, encode_request
+from worker.wire.messages import InferenceRequest, InferenceResult
+
+RebalanceKind = Literal["assign", "revoke", "lost"]
+
+#: the most a fake call blocks when it has nothing to return (librdkafka waits ``timeout``)
+_IDLE_S = 0.002
+#: how long a gated engine waits for its gate before it gives up on the test
+_GATE_S = 30.0
+
+
+@dataclass(frozen=True)
+class FakeMessage:
+    """A consumed record (the :class:`~worker.kafka.consumer.Record` surface)."""
+
+    at: Partition
+    position: int
+    record_key: bytes | None
+    record_value: bytes | None
+    record_headers: RecordHeaders | None
+
+    def topic(self) -> str | None:
+        return self.at[0]
+
+    def partition(self) -> int | None:
+        return self.at[1]
+
+    def offset(self) -> int | None:
+        return self.position
+
+    def key(self) -> bytes | None:
+        return self.record_key
+
+    def value(self) -> bytes | None:
+        return self.record_value
+
+    def headers(self) -> RecordHeaders | None:
+        return self.record_headers
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0)  # TIMESTAMP_NOT_AVAILABLE
+
+    def error(self) -> KafkaError | None:
+        return None
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One record a publisher produced."""
+
+    topic: str
+    key: bytes | str | None
+    value: bytes
+    headers: Headers
+    origin: Partition
+
+
+class FakeBroker:
+    """One requests topic with ``partitions`` partitions, one group, any output topics."""
+
+    def __init__(self, topic: str, partitions: int) -> None:
+        self.topic = topic
+        self.logs: dict[Partition, list[FakeMessage]] = {(topic, p): [] for p in range(partitions)}
+        self.committed: dict[Partition, int] = {}
+        self.sent: list[Sent] = []
+        self.topics: set[str] = {topic}
+
+    def submit(self, partition: int, custom_id: str, prompt: str) -> None:
+        """Append a request to the end of ``partition``."""
+        value, headers = encode_request(InferenceRequest(custom_id=custom_id, prompt=prompt))
+        log = self.logs[(self.topic, partition)]
+        log.append(FakeMessage((self.topic, partition), len(log), None, value, list(headers)))
+
+    def results(self, topic: str) -> list[InferenceResult]:
+        return [decode_result(s.value, list(s.headers)) for s in self.sent if s.topic == topic]
+
+    def answers(self, topic: str) -> Counter[str]:
+        """How many results each ``custom_id`` got on ``topic``."""
+        return Counter(r.custom_id for r in self.results(topic))
+
+
+class FakeConsumer:
+    """A group member of :class:`FakeBroker`; see the module docstring for what it models."""
+
+    def __init__(self, broker: FakeBroker) -> None:
+        self._broker = broker
+        self._callbacks: dict[RebalanceKind, RebalanceCallback | None] = {}
+        self._rebalances: deque[tuple[RebalanceKind, list[Partition]]] = deque()
+        self._positions: dict[Partition, int] = {}  # the assignment: next offset to read
+        self._paused: set[Partition] = set()
+        self.closed = False
+
+    # -- what the test does ------------------------------------------------------------
+
+    def rebalance(self, kind: RebalanceKind, partitions: Sequence[Partition]) -> None:
+        """Queue a rebalance event; a later ``poll``/``consume`` serves it."""
+        self._rebalances.append((kind, list(partitions)))
+
+    @property
+    def rebalancing(self) -> bool:
+        """Rebalance events queued and not served yet."""
+        return bool(self._rebalances)
+
+    def paused(self) -> set[Partition]:
+        """Assigned partitions that deliver nothing because they are paused."""
+        return self._paused & self._positions.keys()
+
+    # -- the consumer surface ----------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        assert topics == [self._broker.topic], f"subscribed to {topics}"
+        # librdkafka falls back to on_revoke when no on_lost is given
+        self._callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost or on_revoke}
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
+        self._check_open()
+        if self._rebalances:
+            self._serve(*self._rebalances.popleft())
+        out: list[FakeMessage] = []
+        for partition in list(self._positions):
+            if partition in self._paused or len(out) >= num_messages:
+                continue
+            start = self._positions[partition]
+            taken = self._broker.logs[partition][start : start + num_messages - len(out)]
+            self._positions[partition] = start + len(taken)
+            out.extend(taken)
+        if not out and timeout != 0:
+            time.sleep(_IDLE_S)
+        return out
+
+    def poll(self, timeout: float = -1) -> FakeMessage | None:
+        messages = self.consume(1, timeout)
+        return messages[0] if messages else None
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        self._paused.update(_pairs(partitions))
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        self._paused.difference_update(_pairs(partitions))
+
+    def assignment(self) -> list[TopicPartition]:
+        return _tps(self._positions)
+
+    def commit(
+        self, *, offsets: list[TopicPartition], asynchronous: Literal[False]
+    ) -> list[TopicPartition]:
+        for tp in offsets:
+            self._broker.committed[(tp.topic, tp.partition)] = tp.offset
+        return offsets
+
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float = -1
+    ) -> list[TopicPartition]:
+        committed = self._broker.committed
+        return [
+            TopicPartition(
+                tp.topic, tp.partition, committed.get((tp.topic, tp.partition), OFFSET_INVALID)
+            )
+            for tp in partitions
+        ]
+
+    def seek(self, partition: TopicPartition) -> None:
+        at = (partition.topic, partition.partition)
+        if at not in self._positions:
+            raise KafkaException(KafkaError(KafkaError._STATE, f"{at} is not assigned"))
+        self._positions[at] = 0 if partition.offset == OFFSET_BEGINNING else partition.offset
+
+    def consumer_group_metadata(self) -> object:
+        return "fake-group-metadata"
+
+    def close(self) -> None:
+        """Leave the group: the assignment is revoked through ``on_revoke`` first."""
+        if self._positions:
+            self._serve("revoke", list(self._positions))
+        self.closed = True
+
+    def _serve(self, kind: RebalanceKind, partitions: list[Partition]) -> None:
+        callback = self._callbacks.get(kind)
+        if callback is not None:
+            callback(self, _tps(partitions))
+        # confluent-kafka assigns or unassigns after the callback returns
+        for partition in partitions:
+            if kind == "assign":
+                self._positions[partition] = self._broker.committed.get(partition, 0)
+            else:
+                self._positions.pop(partition, None)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("Consumer closed")
+
+
+class FakePublisher(Publisher):
+    """See the module docstring: answers count as given when sent."""
+
+    def __init__(
+        self,
+        kafka: KafkaConfig,
+        consumer: KafkaConsumer,
+        tracker: OffsetTracker,
+        broker: FakeBroker,
+    ) -> None:
+        super().__init__(kafka, consumer, tracker)
+        self._broker = broker
+        self._owned: set[Partition] = set()
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | str | None,
+        value: bytes,
+        headers: Headers,
+        origin: Partition,
+        on_answered: OnAnswered,
+    ) -> None:
+        if origin not in self._owned:
+            raise RuntimeError(f"answer for {origin}, which this worker does not own")
+        self._broker.sent.append(Sent(topic, key, value, tuple(headers), origin))
+        on_answered()
+
+    def commit(self) -> None:
+        offsets = self._committable()
+        if offsets:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+            self._mark(offsets)
+            self.commits += 1
+
+    def poll(self) -> None:
+        """Nothing to serve: a send is final at once."""
+
+    def assign(self, partitions: Collection[Partition]) -> None:
+        self._owned.update(partitions)
+
+    def revoke(self, partitions: Collection[Partition]) -> None:
+        self.commit()
+        self._owned.difference_update(partitions)
+
+    def lost(self, partitions: Collection[Partition]) -> None:
+        self._owned.difference_update(partitions)
+
+    def close(self) -> None:
+        self.commit()
+
+
+class FakeClients(KafkaClients):
+    """Hands the worker :attr:`fake_consumer` and a :class:`FakePublisher` on ``broker``."""
+
+    def __init__(self, kafka: KafkaConfig, broker: FakeBroker) -> None:
+        super().__init__(kafka)
+        self.broker = broker
+        self.fake_consumer = FakeConsumer(broker)
+
+    def ensure_topics(self, topics: Sequence[str]) -> None:
+        self.broker.topics.update(topics)
+
+    def consumer(self, on_stats: OnStats) -> FakeConsumer:
+        return self.fake_consumer
+
+    def publisher(
+        self, consumer: KafkaConsumer, tracker: OffsetTracker, on_outcome: OnOutcome
+    ) -> FakePublisher:
+        return FakePublisher(self.kafka, consumer, tracker, self.broker)
+
+
+class GatedEngine(Engine):
+    """Echo answers, released by the test; a batch holding ``poison`` raises."""
+
+    def __init__(self, *, gated: bool = True, poison: str | None = None) -> None:
+        self._echo = EchoEngine()
+        self.model_name = self._echo.model_name
+        self._gate = threading.Event()
+        if not gated:
+            self._gate.set()
+        self._poison = poison
+        self._lock = threading.Lock()
+        self._batches: list[tuple[str, ...]] = []
+        self.entered = threading.Event()  # set once the first batch reached the engine
+
+    def open(self) -> None:
+        """Let every batch, waiting or to come, run."""
+        self._gate.set()
+
+    @property
+    def batches(self) -> list[tuple[str, ...]]:
+        """The prompts of every ``run_batch`` call so far, in call order."""
+        with self._lock:
+            return list(self._batches)
+
+    def load(self) -> None:
+        """Nothing to load."""
+
+    def encode(self, request: InferenceRequest) -> tuple[int, ...]:
+        return self._echo.encode(request)
+
+    def run_batch(self, inputs: Sequence[EngineInput], on_complete: OnComplete) -> None:
+        with self._lock:
+            self._batches.append(tuple(_prompt(item) for item in inputs))
+        self.entered.set()
+        if not self._gate.wait(_GATE_S):
+            raise TimeoutError("the test never opened the engine's gate")
+        if any(_prompt(item) == self._poison for item in inputs):
+            raise RuntimeError("poisoned batch")
+        self._echo.run_batch(inputs, on_complete)
+
+    def utilization(self) -> float:
+        return self._echo.utilization()
+
+
+def _prompt(item: EngineInput) -> str:
+    return bytes(item.prompt_token_ids).decode()  # the echo engine's tokens are UTF-8 bytes
+
+
+def _pairs(partitions: Sequence[TopicPartition]) -> list[Partition]:
+    return [(tp.topic, tp.partition) for tp in partitions]
+
+
+def _tps(partitions: Iterable[Partition]) -> list[TopicPartition]:
+    return [TopicPartition(topic, number) for topic, number in partitions]

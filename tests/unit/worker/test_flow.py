@@ -1,0 +1,85 @@
+"""Flow control of the worker loop against in-memory Kafka: backpressure and draining."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from worker.service import EXIT_OK, Worker
+
+from .fakes import FakeBroker, FakeClients, GatedEngine
+from .rig import P0, P1, RESULTS, TOPIC, WAIT_S, Rig, loop_config, rig
+
+
+def fill(r: Rig, per_partition: int) -> set[str]:
+    ids = set()
+    for p in (0, 1):
+        for i in range(per_partition):
+            r.broker.submit(p, f"p{p}-{i}", f"hello {p} {i}")
+            ids.add(f"p{p}-{i}")
+    return ids
+
+
+def paused_gauge(r: Rig) -> float | None:
+    return r.worker.metrics.registry.get_sample_value("batchpipe_paused_partitions")
+
+
+def test_a_full_worker_pauses_its_partitions_and_resumes_them_when_room_frees() -> None:
+    with rig(loop_config(prefetch_count=4, max_batch_size=2), GatedEngine()) as r:
+        ids = fill(r, per_partition=6)
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: r.consumer.paused() == {P0, P1}, "the partitions paused")
+        assert len(r.worker.ledger) == 4
+        assert paused_gauge(r) == 2
+
+        r.engine.open()
+        r.step_until(lambda: r.settled(ids), "every record answered and committed")
+        assert r.consumer.paused() == set()
+        assert paused_gauge(r) == 0
+        assert r.worker.admission.peak == 4  # never more than prefetch_count in flight
+        assert r.answers() == Counter(dict.fromkeys(ids, 1))
+
+
+def test_partitions_paused_revoked_and_assigned_again_are_read_again() -> None:
+    with rig(loop_config(prefetch_count=4, max_batch_size=2), GatedEngine()) as r:
+        ids = fill(r, per_partition=6)
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: r.consumer.paused() == {P0, P1}, "the partitions paused")
+        r.consumer.rebalance("revoke", [P0, P1])
+        r.step_until(lambda: not r.consumer.rebalancing, "the revoke")
+        r.engine.open()
+        r.step_until(lambda: not r.worker.engine_stage.busy, "the old batch to finish")
+
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: r.settled(ids), "every record answered and committed")
+        assert r.answers() == Counter(dict.fromkeys(ids, 1))
+        assert paused_gauge(r) == 0
+
+
+def test_sigterm_drains_in_flight_work_commits_it_and_exits_0() -> None:
+    # no commit before the end: what is committed, the drain committed
+    config = loop_config(max_batch_size=2, commit_interval_ms=3_600_000)
+    broker = FakeBroker(TOPIC, 1)
+    clients = FakeClients(config.kafka, broker)
+    engine = GatedEngine()
+    worker = Worker(config, engine, clients)
+    ids = {f"r{i}" for i in range(3)}
+    for custom_id in sorted(ids):
+        broker.submit(0, custom_id, f"hello {custom_id}")
+    clients.fake_consumer.rebalance("assign", [P0])
+
+    exit_codes: list[int] = []
+    thread = threading.Thread(target=lambda: exit_codes.append(worker.run()), daemon=True)
+    thread.start()
+    try:
+        assert engine.entered.wait(WAIT_S), "no batch reached the engine"
+        worker.stop()  # what the SIGTERM handler does
+    finally:
+        engine.open()
+        thread.join(WAIT_S)
+    assert not thread.is_alive(), "the worker did not stop"
+    assert exit_codes == [EXIT_OK]
+    assert broker.answers(RESULTS) == Counter(dict.fromkeys(ids, 1))
+    assert broker.committed == {P0: 3}
+    assert clients.fake_consumer.closed
+    assert {RESULTS, config.kafka.dead_letter_topic} <= broker.topics  # ensured at start

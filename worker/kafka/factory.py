@@ -1,0 +1,66 @@
+"""Where the worker gets its Kafka clients: topics, a consumer, a publisher.
+
+:class:`~worker.service.Worker` never builds a client itself; it asks a
+:class:`KafkaClients`. The default, :class:`ConfluentClients`, builds confluent-kafka
+clients from :class:`~worker.config.KafkaConfig`; the unit tests pass in-memory fakes
+and drive the worker loop without a broker.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+
+from batcher import OffsetTracker
+from worker.config import KafkaConfig
+from worker.kafka import clients
+from worker.kafka.consumer import KafkaConsumer
+from worker.kafka.publisher import AtLeastOncePublisher, Publisher, TransactionalPublisher
+
+#: called with each librdkafka statistics payload (JSON text)
+OnStats = Callable[[str], None]
+#: called with "commit" or "abort" for every transaction that ends
+OnOutcome = Callable[[str], None]
+
+_STATS_INTERVAL_MS = 5000
+
+
+class KafkaClients(ABC):
+    """Everything the worker needs from Kafka, for one :class:`KafkaConfig`."""
+
+    def __init__(self, kafka: KafkaConfig) -> None:
+        self.kafka = kafka
+
+    @abstractmethod
+    def ensure_topics(self, topics: Sequence[str]) -> None:
+        """Create those of ``topics`` that do not exist yet."""
+
+    @abstractmethod
+    def consumer(self, on_stats: OnStats) -> KafkaConsumer:
+        """A consumer of ``kafka.group_id`` that commits only when told; not subscribed."""
+
+    @abstractmethod
+    def publisher(
+        self, consumer: KafkaConsumer, tracker: OffsetTracker, on_outcome: OnOutcome
+    ) -> Publisher:
+        """The publisher of ``kafka.delivery``, committing ``tracker``'s offsets."""
+
+
+class ConfluentClients(KafkaClients):
+    """The real clients: confluent-kafka (librdkafka) against ``kafka.bootstrap_servers``."""
+
+    def ensure_topics(self, topics: Sequence[str]) -> None:
+        clients.ensure_topics(self.kafka, topics)
+
+    def consumer(self, on_stats: OnStats) -> KafkaConsumer:
+        stats = {"statistics.interval.ms": _STATS_INTERVAL_MS, "stats_cb": on_stats}
+        return clients.consumer(self.kafka, extra=stats)
+
+    def publisher(
+        self, consumer: KafkaConsumer, tracker: OffsetTracker, on_outcome: OnOutcome
+    ) -> Publisher:
+        k = self.kafka
+        if k.delivery == "exactly_once":
+            prefix = f"batchpipe.{k.group_id}"
+            return TransactionalPublisher(k, consumer, tracker, prefix, on_outcome=on_outcome)
+        return AtLeastOncePublisher(k, consumer, tracker)
