@@ -16,11 +16,12 @@ from worker.config import KafkaConfig
 from worker.kafka import clients
 from worker.kafka.consumer import KafkaConsumer
 from worker.kafka.publisher import AtLeastOncePublisher, Publisher, TransactionalPublisher
+from worker.obs.metrics import TxOutcome
 
 #: called with each librdkafka statistics payload (JSON text)
 OnStats = Callable[[str], None]
-#: called with "commit" or "abort" for every transaction that ends
-OnOutcome = Callable[[str], None]
+#: called with the outcome of every transaction that ends
+OnOutcome = Callable[[TxOutcome], None]
 
 _STATS_INTERVAL_MS = 5000
 
