@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from batcher import AdaptiveBatchSize, Batch, DynamicBatcher
 from worker.config import Config
-from worker.engines.base import Engine
+from worker.engines.base import StaticEngine
 from worker.errors import ErrorCode
 from worker.jobs import Identity, Job, completed
 from worker.obs.health import Health
@@ -40,7 +40,7 @@ class _Running:
 class EngineStage:
     def __init__(
         self,
-        engine: Engine,
+        engine: StaticEngine,
         batcher: DynamicBatcher[Job],
         adaptive: AdaptiveBatchSize,
         outbox: Outbox,

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from worker.engines.base import Completion, Engine, EngineInput, EngineOutOfMemory
+from worker.engines.base import Completion, EngineInput, EngineOutOfMemory, StaticEngine
 from worker.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ Event = Finished | BatchDone
 class EngineRunner:
     """One engine thread; at most one batch runs at a time."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: StaticEngine) -> None:
         self._engine = engine
         self._inbox: queue.Queue[tuple[int, Sequence[EngineInput]] | None] = queue.Queue()
         self._events: queue.Queue[Event] = queue.Queue()

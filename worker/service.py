@@ -29,7 +29,7 @@ from batcher import (
 from worker import __version__
 from worker.config import Config
 from worker.engine_stage import EngineStage
-from worker.engines.base import Engine
+from worker.engines.base import Engine, StaticEngine
 from worker.engines.factory import create_engine
 from worker.errors import ErrorCode, ModelLoadError
 from worker.intake import DeadLetter, Intake
@@ -157,6 +157,10 @@ class Worker:
             on_lost=self._on_lost,
         )
         self.health.set_consumer_ok(True, "waiting for assignment")
+        if not isinstance(self.engine, StaticEngine):
+            raise ModelLoadError(
+                f"engine {self.engine.model_name!r}: in-flight feeding is open work"
+            )
         self._engine_stage = EngineStage(
             self.engine,
             self.batcher,

@@ -1,35 +1,51 @@
 """The engine contract. The worker drives every engine through this interface only.
 
+An engine is fed in one of two ways (docs/architecture.md §3):
+
+* :class:`StaticEngine` (hf, echo): one batch at a time. The worker's batcher decides
+  the batch's shape; ``run_batch`` returns when every input of it has finished.
+* :class:`InFlightEngine` (vllm, trtllm, echo paced in flight): the engine's own
+  scheduler adds and retires sequences at every decoding step. The worker submits
+  requests whenever there is room and collects each completion as it finishes, so the
+  engine never idles at a batch's tail.
+
 Lifecycle: ``load()`` once (raises :class:`~worker.errors.ModelLoadError` → 5003, the
-worker stays not ready), then any number of ``encode()`` and ``run_batch()`` calls,
-then ``close()``.
+worker stays not ready), then any number of ``encode()`` and run calls, then ``close()``.
 
-Threading: ``encode()`` is called from the worker's main thread (decode/admit);
-``run_batch()`` from one dedicated engine thread, never concurrently with itself.
-``utilization()`` may be called from any thread.
+Threading: ``encode()`` is called from the worker's main thread (decode/admit).
+``run_batch()`` is called from one dedicated engine thread, never concurrently with
+itself. ``submit()``, ``abort()``, ``completions()`` and ``capacity()`` are called from
+one worker thread, never concurrently with each other; an in-flight engine runs its
+generation on threads (or processes) of its own. ``utilization()`` may be called from
+any thread.
 
-Invariants every engine keeps (``tests/unit/worker/engines/test_contract.py`` checks them):
+Invariants every engine keeps (``tests/unit/worker/engines/test_contract.py`` checks
+them on every engine that runs here):
 
-* ``run_batch`` calls ``on_complete`` exactly once for every input, in any order,
-  as soon as that input is finished, before it returns; a per-request failure is a
-  :class:`Completion` with ``error`` set (:meth:`Completion.failed`, code 5000), not an
-  exception.
+* Each input is completed exactly once — ``on_complete`` for a static engine, an entry
+  of ``completions()`` for an in-flight one — unless an in-flight engine was told to
+  ``abort`` it first; an aborted key is never completed afterwards. A per-request
+  failure is a :class:`Completion` with ``error`` set (:meth:`Completion.failed`: 4003
+  when the request is over one of the engine's limits, else 5000), not an exception.
 * An exception out of ``run_batch`` means the whole batch failed (for example out of
   memory): nothing of it was completed, and the caller may split and retry it.
-  :class:`EngineOutOfMemory` tells the caller to shrink its batches too.
+  :class:`EngineOutOfMemory` tells the caller to shrink its batches too. An exception
+  out of ``submit`` or ``completions`` means the engine itself is broken.
+* ``abort`` of a key that is unknown or already completed does nothing.
 * Greedy decoding (``temperature == 0``) gives the same text for a request whether it
-  runs alone or in a batch.
+  runs alone, in a batch, or in flight with others.
 * ``Completion.prompt_tokens == len(EngineInput.prompt_token_ids)``, and
-  ``completion_tokens`` counts generated tokens up to and including the stop token,
-  never padding.
+  ``completion_tokens`` counts generated tokens up to and including the stop token (stop
+  strings included), never padding.
 """
 
 from __future__ import annotations
 
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 from worker.config import GenerationConfig
 from worker.errors import BatchpipeError, ErrorCode
@@ -158,11 +174,25 @@ class EngineOutOfMemory(BatchpipeError, RuntimeError):
 OnComplete = Callable[[Completion], None]
 
 
+FeedMode = Literal["static", "in_flight"]
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """How much more an in-flight engine takes now: sequences, and tokens counted as
+    prompt + ``max_tokens`` of each sequence (what its KV cache must be able to hold)."""
+
+    sequences: int
+    tokens: int
+
+
 class Engine(ABC):
-    """An inference engine serving one model."""
+    """An inference engine serving one model; see the module docstring for the contract."""
 
     #: the model name requests address (``InferenceRequest.model``); "" also means it
     model_name: str
+    #: how the worker feeds it: :class:`StaticEngine` or :class:`InFlightEngine`
+    mode: ClassVar[FeedMode]
 
     @abstractmethod
     def load(self) -> None:
@@ -176,12 +206,44 @@ class Engine(ABC):
         """
 
     @abstractmethod
-    def run_batch(self, inputs: Sequence[EngineInput], on_complete: OnComplete) -> None:
-        """Run ``inputs`` together, calling ``on_complete`` once per input as it finishes."""
-
-    @abstractmethod
     def utilization(self) -> float:
         """Busy fraction of the device in [0, 1] since the previous call."""
 
     def close(self) -> None:  # noqa: B027 — optional hook, engines without resources skip it
-        """Release the model and any device memory."""
+        """Release the model and any device memory; aborts whatever is still running."""
+
+
+class StaticEngine(Engine):
+    """Runs one batch at a time (hf, echo)."""
+
+    mode: ClassVar[FeedMode] = "static"
+
+    @abstractmethod
+    def run_batch(self, inputs: Sequence[EngineInput], on_complete: OnComplete) -> None:
+        """Run ``inputs`` together, calling ``on_complete`` once per input as it finishes."""
+
+
+class InFlightEngine(Engine):
+    """Takes requests at any time and batches them itself at every step (vllm, trtllm)."""
+
+    mode: ClassVar[FeedMode] = "in_flight"
+
+    @abstractmethod
+    def submit(self, item: EngineInput) -> None:
+        """Start ``item`` now, alongside whatever runs; never waits for generation.
+
+        ``item.key`` is not in flight in this engine (the worker never reuses a key).
+        """
+
+    @abstractmethod
+    def abort(self, keys: Collection[str]) -> None:
+        """Stop these requests and free what they hold; none of them is completed later."""
+
+    @abstractmethod
+    def completions(self, timeout_s: float = 0.0) -> list[Completion]:
+        """Requests finished since the previous call; waits up to ``timeout_s`` for the
+        first one when there is none yet."""
+
+    @abstractmethod
+    def capacity(self) -> Capacity:
+        """Room for more requests now, within the limits the engine was loaded with."""

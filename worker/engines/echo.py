@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from worker.engines.base import Completion, Engine, EngineInput, OnComplete
+from worker.engines.base import Completion, EngineInput, OnComplete, StaticEngine
 from worker.engines.utilization import BusyMeter
 from worker.errors import ErrorCode, RequestError
 from worker.wire.messages import FinishReason, InferenceRequest
@@ -69,7 +69,7 @@ def _completion(item: EngineInput, text: str, finish: FinishReason, tokens: int)
     )
 
 
-class EchoEngine(Engine):
+class EchoEngine(StaticEngine):
     """Echoes prompts back; each input completes after its own simulated decoding time."""
 
     def __init__(self, *, delay_per_batch_s: float = 0.0, delay_per_token_s: float = 0.0) -> None:

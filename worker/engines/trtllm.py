@@ -27,14 +27,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from worker.config import BatchingConfig, EngineConfig
-from worker.engines.base import Completion, Engine, EngineInput, OnComplete
+from worker.engines.base import Completion, EngineInput, OnComplete, StaticEngine
 from worker.engines.models import locate_model
 from worker.engines.utilization import BusyMeter, gpu_counter
 from worker.errors import ErrorCode, ModelLoadError
 from worker.wire.messages import InferenceRequest
 
 
-class TrtLlmEngine(Engine):
+class TrtLlmEngine(StaticEngine):
     """``tensorrt_llm.LLM`` serving a local Hugging Face checkpoint directory."""
 
     def __init__(

@@ -36,7 +36,7 @@ from confluent_kafka import (
 
 from batcher import OffsetTracker, Partition
 from worker.config import KafkaConfig
-from worker.engines.base import Engine, EngineInput, OnComplete
+from worker.engines.base import EngineInput, OnComplete, StaticEngine
 from worker.engines.echo import EchoEngine
 from worker.kafka.consumer import KafkaConsumer, RebalanceCallback, RecordHeaders
 from worker.kafka.factory import KafkaClients, OnOutcome, OnStats
@@ -312,7 +312,7 @@ class FakeClients(KafkaClients):
         return FakePublisher(self.kafka, consumer, tracker, self.broker)
 
 
-class GatedEngine(Engine):
+class GatedEngine(StaticEngine):
     """Echo answers, released by the test; a batch holding ``poison`` raises."""
 
     def __init__(self, *, gated: bool = True, poison: str | None = None) -> None:

@@ -33,11 +33,11 @@ from transformers import GenerationConfig as HFGenerationConfig
 from worker.config import BatchingConfig, EngineConfig
 from worker.engines.base import (
     Completion,
-    Engine,
     EngineInput,
     EngineOutOfMemory,
     OnComplete,
     ResolvedSampling,
+    StaticEngine,
 )
 from worker.engines.hf.model import (
     ChatEncoder,
@@ -57,7 +57,7 @@ from worker.errors import ErrorCode, ModelLoadError
 from worker.wire.messages import InferenceRequest
 
 
-class HFEngine(Engine):
+class HFEngine(StaticEngine):
     """transformers ``generate`` on static batches.
 
     ``preloaded`` (model, tokenizer) serves an in-memory model instead of loading

@@ -15,7 +15,7 @@ import pytest
 
 from tests.unit.conftest import resolved
 from worker.config import EngineConfig
-from worker.engines.base import Completion, Engine, EngineInput
+from worker.engines.base import Completion, Engine, EngineInput, StaticEngine
 from worker.engines.echo import EchoEngine
 from worker.errors import RequestError
 from worker.wire.messages import ChatMessage, InferenceRequest
@@ -72,6 +72,7 @@ def chat(engine: Engine, key: str, question: str, **sampling: object) -> EngineI
 
 
 def run(engine: Engine, inputs: Sequence[EngineInput]) -> dict[str, Completion]:
+    assert isinstance(engine, StaticEngine)
     seen: list[Completion] = []
     engine.run_batch(inputs, seen.append)
     keys = [c.key for c in seen]
