@@ -52,6 +52,8 @@ class BatchingConfig:
     dedup: bool = True
     length_aware: bool = True
     shared_prefix: bool = True
+    # a request's priority rises one level per this wait, so none starves (batcher.batcher)
+    priority_aging_ms: int = 10_000
 
 
 @dataclass(frozen=True)
