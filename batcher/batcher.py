@@ -13,9 +13,29 @@ any batch is the caller's to answer before ``add`` (the worker's intake answers 
 
 A batch is released when it is *full* (the queue holds ``max_batch_size`` requests, or more
 tokens than ``max_batch_tokens``: the next candidate would not fit), when the oldest queued
-request has waited ``timeout_s``, or on ``flush``. Its first item is always the
-highest-priority oldest request, so no request waits longer than ``timeout_s`` plus the
-batches of higher priority or older requests ahead of it.
+request has waited ``timeout_s``, or on ``flush``.
+
+Priority with aging. A request's *effective priority* at ``now`` is its priority plus one
+level per ``s = priority_aging_s`` waited: ``p + (now − arrival) / s``. A batch's first item,
+its anchor, is the queued request of the highest effective priority (ties: the higher
+priority, then the older). Between two requests ``now`` cancels out, so this is the order of
+the *virtual arrival* ``arrival − p·s`` — a request of priority ``p`` is queued as if it had
+arrived ``p·s`` earlier — which does not change as time passes: the queue stays one sorted
+list, kept by insertion, and aging costs nothing per batch. Within a priority it is FIFO.
+
+The bound. Let a request R of priority ``p`` be queued at ``a``; let ``P`` be the highest
+priority of any request queued or arriving while R waits, ``N`` the most requests in flight
+meanwhile (the worker's ``prefetch_count`` bounds it), and ``c`` the longest interval
+between two calls of :meth:`next_batch` while R waits (the engine's time per batch, for a
+caller that asks for a batch whenever the engine is free). A request arriving after
+``a + (P − p)·s`` is queued behind R, so from ``T = a + max((P − p)·s, timeout_s)`` on at most
+``N − 1`` requests are ahead of R and none joins them; every call at or after ``T`` releases
+a batch (R is timed out), and every batch takes the first request in the order. R is in
+one of the first ``N`` batches released from ``T``::
+
+    wait(R) <= max((P − p)·s, timeout_s) + N·c
+
+(plus one batch for each :meth:`requeue` of a request ahead of R, e.g. an engine retry).
 """
 
 from __future__ import annotations
@@ -30,8 +50,9 @@ from batcher.dedup import DedupIndex
 from batcher.formation import select
 from batcher.types import Batch, BatchLimits, Partition, Pending, Reason, T
 
-# Queue order: priority descending, then arrival, then admission sequence (a total order).
-_Entry = tuple[int, float, int, str]
+# Queue order: virtual arrival (arrival − priority·priority_aging_s), then priority
+# descending, arrival, admission sequence (a total order). See the module docstring.
+_Entry = tuple[float, int, float, int, str]
 
 
 class DynamicBatcher(Generic[T]):
@@ -39,6 +60,7 @@ class DynamicBatcher(Generic[T]):
         self.limits = limits
         self.dedup = dedup
         self._max_batch_size = limits.max_batch_size
+        self._aging_s = limits.priority_aging_s
         self._order: list[_Entry] = []
         self._queued: dict[str, Pending[T]] = {}
         self._running: dict[str, Pending[T]] = {}
@@ -73,7 +95,7 @@ class DynamicBatcher(Generic[T]):
 
     def queued(self) -> list[Pending[T]]:
         """Queued items in formation order (the first is the next batch's anchor)."""
-        return [self._queued[entry[3]] for entry in self._order]
+        return [self._queued[entry[-1]] for entry in self._order]
 
     def running(self) -> list[Pending[T]]:
         return list(self._running.values())
@@ -134,6 +156,8 @@ class DynamicBatcher(Generic[T]):
             self.limits.max_batch_tokens,
             length_aware=self.limits.length_aware,
             shared_prefix=self.limits.shared_prefix,
+            now=now,
+            aging_s=self._aging_s,
         )
         for item in items:
             self._dequeue(item)
@@ -224,7 +248,8 @@ class DynamicBatcher(Generic[T]):
         return [f for f in followers if not keep(f)]
 
     def _entry(self, item: Pending[T]) -> _Entry:
-        return (-item.priority, item.arrival, self._seq[item.key], item.key)
+        virtual_arrival = item.arrival - item.priority * self._aging_s
+        return (virtual_arrival, -item.priority, item.arrival, self._seq[item.key], item.key)
 
     def _enqueue(self, item: Pending[T]) -> None:
         bisect.insort(self._order, self._entry(item))
@@ -233,7 +258,7 @@ class DynamicBatcher(Generic[T]):
         heapq.heappush(self._arrivals, (item.arrival, self._seq[item.key], item.key))
         # Stale heap entries are dropped lazily; compact when they dominate.
         if len(self._arrivals) > 2 * len(self._order) + 64:
-            self._arrivals = [(e[1], e[2], e[3]) for e in self._order]
+            self._arrivals = [(e[2], e[3], e[4]) for e in self._order]
             heapq.heapify(self._arrivals)
 
     def _dequeue(self, item: Pending[T]) -> None:

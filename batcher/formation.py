@@ -1,15 +1,17 @@
 """Which queued requests go into the next batch.
 
-The anchor — the highest-priority, oldest queued request — always goes in, so nothing
-starves: the oldest request leaves in the very next batch. The rest of the batch is filled
-under the count and token limits:
+The anchor — the first queued request: the highest effective priority (priority raised by
+its wait, see :mod:`batcher.batcher`) — always goes in, so nothing starves. The rest of the
+batch is filled under the count and token limits:
 
 * FIFO (``length_aware`` and ``shared_prefix`` off): in queue order, stopping at the first
   request that does not fit, so order within a priority is kept exactly.
-* Otherwise candidates are ranked by priority first, then (``shared_prefix``) whether they
-  share the anchor's prefix key, then (``length_aware``) how far their prompt length and
-  ``max_tokens`` are from the anchor's, then age. A candidate that does not fit the token
-  budget is skipped and a smaller one may take its place.
+* Otherwise candidates are ranked by effective priority level first
+  (:func:`effective_priority`: a request that waited long enough competes with fresh
+  higher-priority ones as an equal), then (``shared_prefix``) whether they share the
+  anchor's prefix key, then (``length_aware``) how far their prompt length and
+  ``max_tokens`` are from the anchor's, then queue order. A candidate that does not fit the
+  token budget is skipped and a smaller one may take its place.
 
 Length distance counts prompt and generation lengths alike: a static batch pads every
 prompt to the longest and decodes until the longest generation budget is spent, so either
@@ -19,6 +21,7 @@ mismatch wastes compute on every row.
 from __future__ import annotations
 
 import hashlib
+import math
 from array import array
 from collections.abc import Callable, Sequence
 
@@ -49,15 +52,20 @@ def length_distance(a: Pending[T], b: Pending[T]) -> int:
     return abs(a.prompt_tokens - b.prompt_tokens) + abs(a.max_tokens - b.max_tokens)
 
 
+def effective_priority(item: Pending[T], now: float, aging_s: float) -> int:
+    """``item``'s priority plus one level per ``aging_s`` it has waited by ``now``."""
+    return item.priority + math.floor((now - item.arrival) / aging_s)
+
+
 def _ranking(
-    anchor: Pending[T], length_aware: bool, shared_prefix: bool
+    anchor: Pending[T], length_aware: bool, shared_prefix: bool, now: float, aging_s: float
 ) -> Callable[[Pending[T]], tuple[int, int, int]]:
     share = shared_prefix and anchor.prefix_key is not None
 
     def rank(item: Pending[T]) -> tuple[int, int, int]:
         differs = int(share and item.prefix_key != anchor.prefix_key)
         distance = length_distance(anchor, item) if length_aware else 0
-        return (-item.priority, differs, distance)
+        return (-effective_priority(item, now, aging_s), differs, distance)
 
     return rank
 
@@ -69,11 +77,15 @@ def select(
     *,
     length_aware: bool,
     shared_prefix: bool,
+    now: float = 0.0,
+    aging_s: float = math.inf,
 ) -> list[Pending[T]]:
-    """The next batch from ``queue`` (priority order, oldest first within a priority).
+    """The next batch from ``queue`` (in the batcher's order: the anchor first).
 
     ``queue[0]`` is the anchor and is always selected. The result never holds more than
-    ``max_size`` items or ``max_tokens`` tokens (given the anchor alone fits).
+    ``max_size`` items or ``max_tokens`` tokens (given the anchor alone fits). Candidates
+    are ranked by their effective priority at ``now`` under ``aging_s``; the default,
+    no aging, ranks them by priority alone.
     """
     if not queue:
         return []
@@ -87,8 +99,9 @@ def select(
             chosen.append(item)
             budget -= item.tokens
         return chosen
-    # sorted() is stable: equal ranks keep queue order, i.e. oldest first.
-    for item in sorted(queue[1:], key=_ranking(anchor, length_aware, shared_prefix)):
+    # sorted() is stable: equal ranks keep queue order (the batcher's aged order).
+    rank = _ranking(anchor, length_aware, shared_prefix, now, aging_s)
+    for item in sorted(queue[1:], key=rank):
         if len(chosen) >= max_size:
             break
         if item.tokens <= budget:

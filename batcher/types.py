@@ -6,6 +6,7 @@ engine, and nobody downstream may change what the batcher decided.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
@@ -63,6 +64,10 @@ class BatchLimits:
     to its oldest request (less padding, fewer wasted decode steps); ``shared_prefix``
     prefers requests whose prompt starts like the oldest one's (prefix-cache reuse).
     With both off, formation is strict FIFO within a priority.
+
+    ``priority_aging_s`` is the wait that raises a request's priority by one level, so a
+    request is never starved by a stream of higher-priority ones (the bound is stated in
+    :mod:`batcher.batcher`). It must be finite: without aging, nothing bounds the wait.
     """
 
     max_batch_size: int = 32
@@ -70,6 +75,7 @@ class BatchLimits:
     timeout_s: float = 0.1
     length_aware: bool = True
     shared_prefix: bool = True
+    priority_aging_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -78,13 +84,18 @@ class BatchLimits:
             raise ValueError(f"max_batch_tokens must be >= 1, got {self.max_batch_tokens}")
         if self.timeout_s < 0:
             raise ValueError(f"timeout_s must be >= 0, got {self.timeout_s}")
+        if not (math.isfinite(self.priority_aging_s) and self.priority_aging_s > 0):
+            raise ValueError(
+                f"priority_aging_s must be > 0 and finite, got {self.priority_aging_s}"
+            )
 
 
 @dataclass(frozen=True)
 class Batch(Generic[T]):
     """Requests released together. ``items`` are the ones to run; dedup followers ride on
     their leaders and are returned by :meth:`DynamicBatcher.complete`, not listed here.
-    ``items[0]`` is the anchor: the highest-priority, oldest request that was queued."""
+    ``items[0]`` is the anchor: the queued request of the highest effective priority
+    (priority raised by its wait, see :mod:`batcher.batcher`)."""
 
     items: tuple[Pending[T], ...]
     reason: Reason

@@ -54,6 +54,8 @@ class BatchingConfig:
     dedup: bool = True
     length_aware: bool = True
     shared_prefix: bool = True
+    # a request's priority rises one level per this wait, so none starves (batcher.batcher)
+    priority_aging_ms: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,8 @@ class LimitsConfig:
 @dataclass(frozen=True)
 class MetricsConfig:
     enabled: bool = True
-    host: str = "0.0.0.0"
+    # loopback: a worker on a laptop exposes nothing; containers set 0.0.0.0 explicitly
+    host: str = "127.0.0.1"
     port: int = 9400
 
 
@@ -118,6 +121,64 @@ def _plain(value: Any) -> Any:  # MappingProxy/dict → plain dicts, for YAML, J
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     return value
+
+
+TRANSACTION_TIMEOUT_MS = 60_000
+"""librdkafka's default ``transaction.timeout.ms``, used unless ``kafka.client`` sets one."""
+
+#: librdkafka settings that batchpipe sets itself, and why another value breaks the worker.
+_OWNED_CLIENT_SETTINGS: Mapping[str, str] = {
+    "transactional.id": "each input partition gets its own transactional producer; one fixed "
+    "id would make them fence each other",
+    "enable.auto.commit": "offsets are committed with the answers (kafka.commit_interval_ms); "
+    "an automatic commit could pass requests not yet answered, and lose them",
+    "isolation.level": "workers and collect read committed records only; otherwise they read "
+    "aborted submissions and aborted or duplicate results",
+}
+
+
+def _transaction_timeout_ms(client: Mapping[str, Any]) -> int | None:
+    """The producer's ``transaction.timeout.ms``; None unless a positive integer."""
+    raw = client.get("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
+    # a number from a YAML file, text from the environment or --set (librdkafka takes both)
+    text = str(raw) if isinstance(raw, int | str) and not isinstance(raw, bool) else ""
+    return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
+
+
+def _inconsistencies(config: Config) -> list[str]:
+    """``"setting: why"`` for each rule across settings that the schema cannot express."""
+    found: list[str] = []
+    k, b, g = config.kafka, config.batching, config.generation
+    for key, why in _OWNED_CLIENT_SETTINGS.items():
+        if key in k.client:
+            found.append(f"kafka.client.{key}: set by batchpipe, not configurable: {why}")
+    timeout_ms = _transaction_timeout_ms(k.client)
+    if timeout_ms is None:
+        found.append(
+            "kafka.client.transaction.timeout.ms: must be a positive integer number of "
+            f"milliseconds, got {k.client['transaction.timeout.ms']!r}"
+        )
+    elif k.delivery == "exactly_once" and 2 * k.commit_interval_ms > timeout_ms:
+        found.append(
+            f"kafka.commit_interval_ms: {k.commit_interval_ms} must be at most half the "
+            f"producer's transaction.timeout.ms ({timeout_ms}; kafka.client may raise it): "
+            "a transaction stays open a whole commit interval plus the time to flush and "
+            "commit it, and the broker aborts one that outlives the timeout and fences its "
+            "producer, so the worker would never make progress"
+        )
+    if g.max_tokens >= b.max_batch_tokens:
+        found.append(
+            f"generation.max_tokens: {g.max_tokens} must be below batching.max_batch_tokens "
+            f"({b.max_batch_tokens}): a request without max_tokens needs its prompt plus "
+            "generation.max_tokens in one batch, so every such request would get 4003"
+        )
+    if b.max_batch_size > b.prefetch_count:
+        found.append(
+            f"batching.max_batch_size: {b.max_batch_size} exceeds batching.prefetch_count "
+            f"({b.prefetch_count}): at most prefetch_count requests are in the worker at once, "
+            "so no batch would ever fill and every batch would wait batching.timeout_ms"
+        )
+    return found
 
 
 def _schema() -> dict[str, Any]:
@@ -201,7 +262,12 @@ def load_config(
     sets: Iterable[str] = (),
     environ: Mapping[str, str] | None = None,
 ) -> Config:
-    """Merge defaults, the YAML file, the environment and ``--set`` items; validate."""
+    """Merge defaults, the YAML file, the environment and ``--set`` items; validate.
+
+    Validation is the schema, then the rules across settings that it cannot express
+    (commit interval against the transaction timeout, default ``max_tokens`` against the
+    batch budget, batch size against ``prefetch_count``, librdkafka settings batchpipe owns).
+    """
     doc: dict[str, Any] = Config().to_dict()
     if path is not None:
         file = Path(path)
@@ -224,4 +290,7 @@ def load_config(
         ]
         raise ConfigError("invalid configuration:\n" + "\n".join(lines))
     config: Config = _build(Config, doc)
+    problems = _inconsistencies(config)
+    if problems:
+        raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
     return config

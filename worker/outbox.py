@@ -19,6 +19,7 @@ from worker.ledger import Ledger
 from worker.obs.metrics import WorkerMetrics
 from worker.wire.codec import encode_result
 from worker.wire.messages import InferenceResult
+from worker.wire.validation import escaped
 
 log = logging.getLogger("batchpipe.worker")
 
@@ -65,7 +66,7 @@ class Outbox:
         with self._metrics.stage("produce"):
             self._publisher.send(
                 self._kafka.results_topic,
-                result.custom_id,
+                escaped(result.custom_id),  # as encode_result writes it: never unencodable
                 value,
                 headers,
                 (source.topic, source.partition),

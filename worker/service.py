@@ -78,6 +78,7 @@ class Worker:
                 timeout_s=b.timeout_ms / 1000.0,
                 length_aware=b.length_aware,
                 shared_prefix=b.shared_prefix,
+                priority_aging_s=b.priority_aging_ms / 1000.0,
             ),
             dedup=b.dedup,
         )

@@ -102,6 +102,8 @@ def test_workers_can_scale_out(services: dict[str, Any], config: Config, name: s
     assert "container_name" not in worker
     assert "ports" not in worker
     assert [int(p) for p in worker["expose"]] == [config.metrics.port]
+    # Prometheus scrapes each replica over the network: not the loopback default
+    assert config.metrics.host == "0.0.0.0"
     assert worker["depends_on"]["kafka-init"]["condition"] == "service_completed_successfully"
 
 

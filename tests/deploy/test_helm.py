@@ -199,6 +199,15 @@ def test_probes_and_service_use_the_metrics_port(
     assert (service_port["port"], service_port["targetPort"]) == (port, "metrics")
 
 
+@pytest.mark.parametrize("overrides", [None, _ci_values()], ids=["default", "gpu-keda"])
+def test_metrics_listen_on_every_interface_of_the_pod(
+    chart: helm.Chart, overrides: dict[str, Any] | None, tmp_path: Path
+) -> None:
+    # the worker's own default is loopback, which the kubelet and Prometheus cannot reach
+    config = _load_worker_config(_render(chart, overrides), tmp_path)
+    assert config.metrics.host == "0.0.0.0"
+
+
 @pytest.mark.parametrize("drain", [30, 120, 30.5])
 def test_termination_grace_exceeds_the_drain_timeout(chart: helm.Chart, drain: float) -> None:
     docs = _render(chart, {"config": {"worker": {"drain_timeout_s": drain}}})
@@ -287,6 +296,7 @@ def test_keda_minimum_above_maximum_is_refused(chart: helm.Chart) -> None:
         ({"gpu": {"enabled": "yes"}}, "/gpu/enabled"),
         ({"config": {"metrics": {"port": 70000}}}, "/config/metrics/port"),
         ({"config": {"metrics": {"enabled": False}}}, "/config/metrics/enabled"),
+        ({"config": {"metrics": {"host": "127.0.0.1"}}}, "/config/metrics/host"),
         ({"model": {"volume": {"type": "nfs"}}}, "/model/volume/type"),
         ({"kafka": {"sasl": {"mechanism": "GSSAPI"}}}, "/kafka/sasl/mechanism"),
         ({"replicaCount": -1}, "/replicaCount"),

@@ -25,7 +25,7 @@ from typing import Any
 
 from worker.errors import ErrorCode, RequestError
 from worker.wire.messages import ChatMessage, InferenceRequest, InferenceResult, SamplingParams
-from worker.wire.validation import validate_request
+from worker.wire.validation import check_custom_id, validate_request
 
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
@@ -154,14 +154,16 @@ def _load(line: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
 def parse_line(line: str | bytes | Mapping[str, Any]) -> InferenceRequest:
     """The validated request of one batch input line; :class:`RequestError` otherwise.
 
-    4001 for a line that is not a JSON object, lacks ``custom_id`` or has a field of the
-    wrong type; 4002 for an unsupported ``method``/``url`` or a value out of range. The
-    error carries ``custom_id`` whenever the line has one.
+    4001 for a line that is not a JSON object, lacks ``custom_id``, has a field of the
+    wrong type or text that UTF-8 cannot encode (a lone surrogate such as ``"\\ud800"``);
+    4002 for an unsupported ``method``/``url`` or a value out of range. The error carries
+    ``custom_id`` whenever the line has one, escaped if UTF-8 cannot encode it.
     """
     obj = _load(line)
     custom_id = obj.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
         raise RequestError(ErrorCode.MALFORMED, "custom_id must be a non-empty string")
+    check_custom_id(custom_id)
     top = _Fields(obj, "", custom_id)
     method, url = top.get("method", str, "a string"), top.get("url", str, "a string")
     raw_body = top.get("body", dict, "an object")

@@ -13,7 +13,7 @@ decompression is bounded (:mod:`worker.wire.compression`). Every failure is a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -35,6 +35,7 @@ from worker.wire.messages import (
     Timings,
     Usage,
 )
+from worker.wire.validation import escaped
 from worker.wire.validation import validate_request as validate_request  # re-exported
 
 CONTENT_TYPE = "content-type"
@@ -232,7 +233,39 @@ def decode_request(
 
 
 def encode_result(res: InferenceResult) -> tuple[bytes, list[tuple[str, bytes]]]:
-    """The record value (a zstd frame declaring its size) and headers for ``res``."""
+    """The record value (a zstd frame declaring its size) and headers for ``res``.
+
+    Never raises for text: a string that UTF-8 cannot encode goes out escaped.
+    """
+    try:
+        msg = _result_to_pb(res)
+    except UnicodeEncodeError:
+        # Decoding refuses such text (validate_request), so only a bug gets here; one bad
+        # string must not stop the worker and leave its record to be re-read forever.
+        msg = _result_to_pb(_escaped(res))
+    value = compress(msg.SerializeToString())
+    return value, [
+        (CONTENT_TYPE, RESULT_CONTENT_TYPE.encode()),
+        (CONTENT_ENCODING, ZSTD_ENCODING.encode()),
+    ]
+
+
+def _escaped(res: InferenceResult) -> InferenceResult:
+    """``res`` with every string made encodable as UTF-8."""
+    error = res.error
+    return replace(
+        res,
+        custom_id=escaped(res.custom_id),
+        batch_id=escaped(res.batch_id),
+        metadata=MappingProxyType({escaped(k): escaped(v) for k, v in res.metadata.items()}),
+        text=escaped(res.text),
+        error=None if error is None else ErrorInfo(error.code, escaped(error.message)),
+        model=escaped(res.model),
+        worker_id=escaped(res.worker_id),
+    )
+
+
+def _result_to_pb(res: InferenceResult) -> pb.InferenceResult:
     msg = pb.InferenceResult(
         custom_id=res.custom_id,
         batch_id=res.batch_id,
@@ -259,11 +292,7 @@ def encode_result(res: InferenceResult) -> tuple[bytes, list[tuple[str, bytes]]]
     if res.error is not None:
         msg.error.code = res.error.code
         msg.error.message = res.error.message
-    value = compress(msg.SerializeToString())
-    return value, [
-        (CONTENT_TYPE, RESULT_CONTENT_TYPE.encode()),
-        (CONTENT_ENCODING, ZSTD_ENCODING.encode()),
-    ]
+    return msg
 
 
 def decode_result(

@@ -2,13 +2,16 @@
 
 :func:`validate_request` runs on every decoded request — protobuf or JSON batch line —
 so both forms accept and reject exactly the same values. Ranges follow the OpenAI chat
-completions API; the integer bounds are those of the protobuf fields, so every request
-that passes can be encoded.
+completions API; the integer bounds are those of the protobuf fields, and every string must
+be encodable as UTF-8 (as protobuf and Kafka headers require), so every request that passes
+can be encoded.
 """
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterator
 
 from worker.errors import ErrorCode, RequestError
 from worker.wire.messages import InferenceRequest
@@ -17,6 +20,57 @@ ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 MAX_STOP = 16
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+# The only code points UTF-8 cannot encode. JSON can still carry them (``"\ud800"``), and
+# protobuf raises UnicodeEncodeError on them: found at decode time, they are a bad request.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escaped(text: str) -> str:
+    """``text`` with every lone surrogate written out as ``\\udXXX``: encodable as UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def check_custom_id(custom_id: str) -> None:
+    """4001 for a ``custom_id`` that UTF-8 cannot encode, answered under its escaped form.
+
+    Run before anything else that may fail with this id, so that no answer carries it raw.
+    """
+    if _SURROGATE.search(custom_id):
+        raise RequestError(
+            ErrorCode.MALFORMED,
+            "custom_id holds a lone surrogate, which UTF-8 cannot encode "
+            "(the answer carries it escaped)",
+            escaped(custom_id),
+        )
+
+
+def _texts(req: InferenceRequest) -> Iterator[tuple[str, str]]:
+    """``(field name, text)`` of every string of ``req`` besides ``custom_id``."""
+    yield "batch_id", req.batch_id
+    yield "model", req.model
+    if req.prompt is not None:
+        yield "prompt", req.prompt
+    for i, message in enumerate(req.messages):
+        yield f"messages[{i}].role", message.role
+        yield f"messages[{i}].content", message.content
+    for i, stop in enumerate(req.sampling.stop):
+        yield f"stop[{i}]", stop
+    for key, value in req.metadata.items():
+        yield "a metadata key", key
+        yield f"metadata[{key!r}]", value
+
+
+def _check_text(req: InferenceRequest) -> None:
+    check_custom_id(req.custom_id)
+    for name, text in _texts(req):
+        if _SURROGATE.search(text):
+            raise RequestError(
+                ErrorCode.MALFORMED,
+                f"{name} holds a lone surrogate, which UTF-8 cannot encode",
+                req.custom_id,
+            )
 
 
 def _invalid(req: InferenceRequest, message: str) -> RequestError:
@@ -72,12 +126,15 @@ def validate_request(req: InferenceRequest) -> None:
     """Raise :class:`RequestError` unless every value of ``req`` is acceptable.
 
     4001 for a missing ``custom_id`` (without ``custom_id`` set on the error, since
-    there is none to answer to); 4002, carrying ``req.custom_id``, for a value out of
-    range, a missing or ambiguous input, or an unknown message role.
+    there is none to answer to); 4001 for text that UTF-8 cannot encode, naming the field
+    and carrying ``custom_id`` escaped if it is the culprit (:func:`check_custom_id`);
+    4002, carrying ``req.custom_id``, for a value out of range, a missing or ambiguous
+    input, or an unknown message role.
     Limits that depend on the worker (tokens, model name) are checked by the worker.
     """
     if not req.custom_id:
         raise RequestError(ErrorCode.MALFORMED, "custom_id is missing or empty")
+    _check_text(req)
     _check_input(req)
     s = req.sampling
     _check_int(req, "max_tokens", s.max_tokens, 1, INT32_MAX)

@@ -3,9 +3,10 @@
 Random interleavings of add / time passing / release / complete / requeue / expire /
 revoke / resize, under random limits and formation modes, checking after every step:
 limits never exceeded, every request answered exactly once (complete, pop_expired or
-drop_partitions; one too big for any batch is refused and not kept), the anchor
-(highest-priority oldest) in every released batch, strict order in FIFO mode, release
-exactly when full / timed out / flushed, and dedup followers answered with their leader.
+drop_partitions; one too big for any batch is refused and not kept), the anchor (highest
+effective priority: priority with aging) in every released batch, strict order in FIFO
+mode, release exactly when full / timed out / flushed, and dedup followers answered with
+their leader.
 """
 
 from __future__ import annotations
@@ -28,11 +29,6 @@ PARTITIONS = [("requests", p) for p in range(3)]
 Spec = tuple[int, int, int, tuple[str, int], bytes | None, bytes | None, int | None]
 
 
-def order(item: Pending[int]) -> tuple[int, float]:
-    # Arrivals are distinct in this machine, so this is a total order.
-    return (-item.priority, item.arrival)
-
-
 class BatcherMachine(RuleBasedStateMachine):
     @initialize(
         max_size=st.integers(1, 6),
@@ -41,6 +37,7 @@ class BatcherMachine(RuleBasedStateMachine):
         length_aware=st.booleans(),
         shared_prefix=st.booleans(),
         dedup=st.booleans(),
+        aging_ms=st.sampled_from([1, 40, 1000]),
     )
     def setup(
         self,
@@ -50,9 +47,10 @@ class BatcherMachine(RuleBasedStateMachine):
         length_aware: bool,
         shared_prefix: bool,
         dedup: bool,
+        aging_ms: int,
     ) -> None:
         self.limits = BatchLimits(
-            max_size, max_tokens, timeout_ms / 1000, length_aware, shared_prefix
+            max_size, max_tokens, timeout_ms / 1000, length_aware, shared_prefix, aging_ms / 1000
         )
         self.fifo = not (length_aware or shared_prefix)
         self.b: DynamicBatcher[int] = DynamicBatcher(self.limits, dedup=dedup)
@@ -64,6 +62,13 @@ class BatcherMachine(RuleBasedStateMachine):
     @property
     def now(self) -> float:
         return self.ms / 1000
+
+    def order(self, item: Pending[int]) -> tuple[float, int, float]:
+        """Highest effective priority first: priority plus one level per aging step waited,
+        i.e. the earliest virtual arrival; ties to the higher priority, then the older.
+        Arrivals are distinct in this machine, so this is a total order."""
+        aging_s = self.limits.priority_aging_s
+        return (item.arrival - item.priority * aging_s, -item.priority, item.arrival)
 
     def answer(self, items: list[Pending[int]], how: str) -> None:
         for i in items:
@@ -147,12 +152,12 @@ class BatcherMachine(RuleBasedStateMachine):
         assert 1 <= batch.size <= size
         assert batch.tokens <= limit
         assert all(i in queue for i in batch.items)
-        # no starvation: the highest-priority oldest request leaves in this batch
-        assert batch.items[0] == min(queue, key=order)
+        # no starvation: the request of the highest effective priority leaves in this batch
+        assert batch.items[0] == min(queue, key=self.order)
         left = [i for i in queue if i not in batch.items]
         if self.fifo:
             assert list(batch.items) == queue[: batch.size]
-            assert all(order(i) < order(j) for i in batch.items for j in left)
+            assert all(self.order(i) < self.order(j) for i in batch.items for j in left)
         elif batch.size < size:
             spare = limit - batch.tokens
             assert all(i.tokens > spare for i in left)
@@ -208,7 +213,7 @@ class BatcherMachine(RuleBasedStateMachine):
         assert self.b.in_flight() == len(in_flight)
         assert len(self.b) == len(queued)
         queue = self.b.queued()
-        assert all(order(a) < order(b) for a, b in itertools.pairwise(queue))
+        assert all(self.order(a) < self.order(b) for a, b in itertools.pairwise(queue))
 
     def teardown(self) -> None:
         if not hasattr(self, "b"):

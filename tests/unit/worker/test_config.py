@@ -1,0 +1,82 @@
+"""Settings the schema cannot judge alone: cross-field rules and what the worker derives."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.config import BatchingConfig, ConfigError, load_config
+
+
+def test_priority_aging_is_a_positive_number_of_milliseconds() -> None:
+    assert load_config(environ={}).batching.priority_aging_ms == 10_000
+    config = load_config(sets=["batching.priority_aging_ms=250"], environ={})
+    assert config.batching == BatchingConfig(priority_aging_ms=250)
+    with pytest.raises(ConfigError, match="priority_aging_ms"):
+        load_config(sets=["batching.priority_aging_ms=0"], environ={})
+
+
+def refused(*sets: str, environ: dict[str, str] | None = None) -> str:
+    """The ConfigError message for ``sets``, which must be refused."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(sets=sets, environ=environ or {})
+    return str(caught.value)
+
+
+def test_commit_interval_must_fit_twice_in_the_transaction_timeout() -> None:
+    # librdkafka's transaction.timeout.ms defaults to 60 s
+    assert load_config(sets=["kafka.commit_interval_ms=30000"], environ={})
+    message = refused("kafka.commit_interval_ms=60000")
+    assert "kafka.commit_interval_ms" in message and "transaction.timeout.ms" in message
+    assert "60000" in message
+    refused("kafka.commit_interval_ms=30001")
+    # a longer transaction timeout, from a file, the environment or --set (text or number)
+    longer = {"BATCHPIPE_KAFKA__CLIENT__TRANSACTION_TIMEOUT_MS": "120000"}
+    assert load_config(sets=["kafka.commit_interval_ms=60000"], environ=longer)
+    refused("kafka.commit_interval_ms=60001", environ=longer)
+    # no transactions, no transaction timeout
+    assert load_config(
+        sets=["kafka.delivery=at_least_once", "kafka.commit_interval_ms=60000"], environ={}
+    )
+
+
+def test_a_transaction_timeout_that_is_not_a_number_of_milliseconds_is_refused() -> None:
+    for value in ("soon", "1.5", "0"):
+        message = refused(f"kafka.client.transaction.timeout.ms={value}")
+        assert "kafka.client.transaction.timeout.ms" in message
+
+
+def test_default_max_tokens_must_leave_room_for_a_prompt_in_a_batch() -> None:
+    assert load_config(sets=["generation.max_tokens=8191"], environ={})
+    message = refused("generation.max_tokens=8192")
+    assert "generation.max_tokens" in message and "batching.max_batch_tokens" in message
+    assert "4003" in message
+    refused("batching.max_batch_tokens=100")  # below the default max_tokens, 256
+
+
+@pytest.mark.parametrize("name", ["max_message_bytes", "max_decompressed_bytes"])
+def test_record_size_limits_have_an_upper_bound(name: str) -> None:
+    assert load_config(sets=[f"limits.{name}={256 * 1024 * 1024}"], environ={})
+    assert f"limits.{name}" in refused(f"limits.{name}={256 * 1024 * 1024 + 1}")
+
+
+def test_a_batch_may_not_be_larger_than_the_requests_in_flight() -> None:
+    assert load_config(sets=["batching.max_batch_size=64"], environ={})  # prefetch_count 64
+    message = refused("batching.max_batch_size=65")
+    assert "batching.max_batch_size" in message and "batching.prefetch_count" in message
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        "kafka.client.transactional.id=mine",
+        "kafka.client.enable.auto.commit=true",
+        "kafka.client.isolation.level=read_uncommitted",
+    ],
+)
+def test_client_settings_the_worker_owns_are_refused(item: str) -> None:
+    key = item.split("=")[0]
+    assert key in refused(item)
+
+
+def test_metrics_listen_on_the_loopback_interface_by_default() -> None:
+    assert load_config(environ={}).metrics.host == "127.0.0.1"

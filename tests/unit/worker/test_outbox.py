@@ -1,0 +1,48 @@
+"""Outbox: what goes to the producer for an answer."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from worker.config import KafkaConfig
+from worker.jobs import Identity, Source
+from worker.kafka.produce import Headers
+from worker.kafka.publisher import OnAnswered, Publisher
+from worker.ledger import Ledger
+from worker.obs.metrics import WorkerMetrics
+from worker.outbox import Outbox
+from worker.wire.codec import decode_result
+from worker.wire.messages import InferenceResult
+
+
+class Producer:
+    """Records what a real producer would be handed, encoding str keys as librdkafka does."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes | None, bytes]] = []
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | str | None,
+        value: bytes,
+        headers: Headers,
+        origin: tuple[str, int],
+        on_answered: OnAnswered,
+    ) -> None:
+        self.sent.append((key.encode("utf-8") if isinstance(key, str) else key, value))
+
+
+def test_a_result_whose_custom_id_utf8_cannot_encode_goes_out_escaped_key_and_value() -> None:
+    producer = Producer()
+    outbox = Outbox(
+        KafkaConfig(),
+        cast(Publisher, producer),
+        Ledger(4),
+        WorkerMetrics(model="m", engine="echo", version="0", prefetch_limit=4),
+        Identity(worker_id="w", model="m"),
+    )
+    outbox.result(InferenceResult(custom_id="a\ud800"), Source("requests", 0, 7))
+    [(key, value)] = producer.sent
+    assert key == b"a\\ud800"
+    assert decode_result(value, None).custom_id == "a\\ud800"
