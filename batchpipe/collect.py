@@ -36,7 +36,7 @@ from confluent_kafka import (
 from worker.config import KafkaConfig
 from worker.errors import RequestError
 from worker.kafka import clients
-from worker.wire.batchline import format_error_line, format_output_line
+from worker.wire.answers import format_error_line, format_output_line
 from worker.wire.codec import CodecLimits, decode_result
 from worker.wire.messages import InferenceResult
 

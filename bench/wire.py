@@ -30,7 +30,8 @@ from typing import Any
 from bench.common import RESULTS, write_result
 from worker.config import Config, LimitsConfig
 from worker.kafka import clients
-from worker.wire.batchline import format_output_line, request_to_line
+from worker.wire.answers import format_output_line
+from worker.wire.batchline import request_to_line
 from worker.wire.codec import (
     CONTENT_ENCODING,
     CONTENT_TYPE,

@@ -24,14 +24,23 @@ class RequestError(BatchpipeError):
     """A request that cannot be served; answered with ``code`` instead of a completion.
 
     ``custom_id`` is set when it could be recovered from the input, which decides
-    whether the answer goes to the results topic or to the dead-letter topic.
+    whether the answer goes to the results topic or to the dead-letter topic. ``param``
+    names the request field at fault when there is one (the OpenAI error's ``param``).
     """
 
-    def __init__(self, code: ErrorCode, message: str, custom_id: str | None = None) -> None:
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        custom_id: str | None = None,
+        *,
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.code: ErrorCode = code
         self.message = message
         self.custom_id = custom_id
+        self.param = param
 
 
 class ModelLoadError(BatchpipeError):

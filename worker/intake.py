@@ -74,7 +74,12 @@ class Intake:
             if not custom_id:
                 return DeadLetter(source, value, _pairs(headers), exc.code, exc.message)
             result = failed(
-                custom_id, exc.code, exc.message, identity=self._identity, request=request
+                custom_id,
+                exc.code,
+                exc.message,
+                identity=self._identity,
+                request=request,
+                param=exc.param,
             )
             return Rejection(result, request.submitted_at if request else None)
 

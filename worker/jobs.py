@@ -104,6 +104,7 @@ def completed(
         model=identity.model,
         worker_id=identity.worker_id,
         created_at=time.time(),
+        endpoint=req.endpoint,
     )
 
 
@@ -114,13 +115,14 @@ def failed(
     *,
     identity: Identity,
     request: InferenceRequest | None = None,
+    param: str | None = None,
 ) -> InferenceResult:
-    """An error answer for a request that never ran."""
+    """An error answer for a request that never ran; ``param`` names the field at fault."""
     result = InferenceResult(
         custom_id=custom_id,
         status="failed",
         finish_reason="error",
-        error=ErrorInfo(code=int(code), message=message),
+        error=ErrorInfo(code=int(code), message=message, param=param or ""),
         model=identity.model,
         worker_id=identity.worker_id,
         created_at=time.time(),
@@ -132,4 +134,5 @@ def failed(
         batch_id=request.batch_id,
         batch_total=request.batch_total,
         metadata=request.metadata,
+        endpoint=request.endpoint,
     )

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from openai.types.chat.chat_completion import Choice as ChatChoice
 
 from tests import ROOT
+from tests.openai_sdk import ChatCompletion, Completion, sdk_line
 from worker.wire.batchline import parse_line
 
 pytestmark = pytest.mark.e2e
@@ -107,9 +109,12 @@ def test_echo_batch_round_trip_through_the_cli(tmp_path: Path, broker: str) -> N
     lines, worker_exit = submit_and_collect(tmp_path, config, echo_examples(tmp_path))
     want = expected()
     assert sorted(str(line["custom_id"]) for line in lines) == sorted(want)
+    kinds = set()
     for line in lines:
         assert line["error"] is None
         assert line["metadata"] == want[str(line["custom_id"])]
+        kinds.add(type(sdk_line(line)))  # what a user's openai code reads
+    assert kinds == {ChatCompletion, Completion}  # the example has both endpoints
     assert worker_exit == 0
 
 
@@ -119,9 +124,12 @@ def test_real_model_answers_the_example_batch(tmp_path: Path, broker: str) -> No
     lines, worker_exit = submit_and_collect(tmp_path, config)
     assert sorted(str(line["custom_id"]) for line in lines) == sorted(expected())
     for line in lines:
-        body = line["response"]["body"]  # type: ignore[index]
-        assert body["choices"][0]["message"]["content"].strip()
-        assert body["usage"]["completion_tokens"] > 0
+        body = sdk_line(line)
+        assert isinstance(body, ChatCompletion | Completion) and body.usage is not None
+        [choice] = body.choices
+        text = choice.message.content if isinstance(choice, ChatChoice) else choice.text
+        assert text and text.strip()
+        assert body.usage.completion_tokens > 0
     assert worker_exit == 0
 
 

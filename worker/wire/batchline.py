@@ -12,8 +12,7 @@ a string or a list of token ids). ``metadata`` may sit at the top level or in th
 ``deadline`` and ``submitted_at`` are optional top-level batchpipe extensions. Unknown
 body fields are ignored, as an OpenAI-compatible server does.
 
-Output and error lines follow the OpenAI batch output format
-(``schemas/batch-output-line.schema.json``, ``schemas/batch-error-line.schema.json``).
+Output and error lines are written by :mod:`worker.wire.answers`.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from worker.errors import ErrorCode, RequestError
-from worker.wire.messages import ChatMessage, InferenceRequest, InferenceResult, SamplingParams
+from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
 from worker.wire.validation import check_custom_id, validate_request
 
 CHAT_URL = "/v1/chat/completions"
@@ -237,66 +236,3 @@ def request_to_line(req: InferenceRequest) -> dict[str, Any]:
     }
     line.update((key, value) for key, value in extensions.items() if value is not None)
     return line
-
-
-def _ids(result: InferenceResult) -> tuple[str, str]:
-    """``(request_id, completion id)``, derived from the stable result id."""
-    digest = result.result_id.removeprefix("batch_req_")
-    return f"req_{digest}", f"chatcmpl-{digest}"
-
-
-def format_output_line(result: InferenceResult) -> dict[str, Any]:
-    """The OpenAI batch output line of a completed result."""
-    request_id, completion_id = _ids(result)
-    usage = result.usage
-    completion = {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": int(result.created_at),
-        "model": result.model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": result.text},
-                "finish_reason": result.finish_reason,
-            }
-        ],
-        "usage": {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens,
-            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
-        },
-    }
-    return {
-        "id": result.result_id,
-        "custom_id": result.custom_id,
-        "response": {"status_code": 200, "request_id": request_id, "body": completion},
-        "error": None,
-        "metadata": dict(result.metadata),
-    }
-
-
-def format_error_line(result: InferenceResult) -> dict[str, Any]:
-    """The OpenAI batch error line of a failed result (which always carries an error)."""
-    if result.error is None:
-        raise ValueError(f"result {result.custom_id!r} has no error to format")
-    request_id, _ = _ids(result)
-    error = {"code": str(result.error.code), "message": result.error.message}
-    status_code = 400 if 4000 <= result.error.code < 5000 else 500
-    return {
-        "id": result.result_id,
-        "custom_id": result.custom_id,
-        "response": {
-            "status_code": status_code,
-            "request_id": request_id,
-            "body": {"error": error},
-        },
-        "error": error,
-        "metadata": dict(result.metadata),
-    }
-
-
-def format_result_line(result: InferenceResult) -> dict[str, Any]:
-    """The output line of a completed result, the error line of a failed one."""
-    return format_output_line(result) if result.status == "completed" else format_error_line(result)

@@ -26,6 +26,7 @@ from worker.wire.batchline import parse_line
 from worker.wire.compression import ZSTD_MAGIC, compress, inflate
 from worker.wire.messages import (
     ChatMessage,
+    Endpoint,
     ErrorInfo,
     FinishReason,
     InferenceRequest,
@@ -57,6 +58,10 @@ _FINISH: dict[FinishReason, pb.FinishReason] = {
     "stop": pb.FINISH_REASON_STOP,
     "length": pb.FINISH_REASON_LENGTH,
     "error": pb.FINISH_REASON_ERROR,
+}
+_ENDPOINT: dict[Endpoint, pb.Endpoint] = {
+    "chat": pb.ENDPOINT_CHAT_COMPLETIONS,
+    "completions": pb.ENDPOINT_COMPLETIONS,
 }
 _STATUS_NAME = {number: name for name, number in _STATUS.items()}
 _FINISH_NAME = {number: name for name, number in _FINISH.items()}
@@ -259,7 +264,9 @@ def _escaped(res: InferenceResult) -> InferenceResult:
         batch_id=escaped(res.batch_id),
         metadata=MappingProxyType({escaped(k): escaped(v) for k, v in res.metadata.items()}),
         text=escaped(res.text),
-        error=None if error is None else ErrorInfo(error.code, escaped(error.message)),
+        error=None
+        if error is None
+        else ErrorInfo(error.code, escaped(error.message), escaped(error.param)),
         model=escaped(res.model),
         worker_id=escaped(res.worker_id),
     )
@@ -288,10 +295,12 @@ def _result_to_pb(res: InferenceResult) -> pb.InferenceResult:
         model=res.model,
         worker_id=res.worker_id,
         created_at=res.created_at,
+        endpoint=_ENDPOINT[res.endpoint],
     )
     if res.error is not None:
         msg.error.code = res.error.code
         msg.error.message = res.error.message
+        msg.error.param = res.error.param
     return msg
 
 
@@ -328,10 +337,13 @@ def decode_result(
         usage=Usage(
             msg.usage.prompt_tokens, msg.usage.completion_tokens, msg.usage.reasoning_tokens
         ),
-        error=ErrorInfo(msg.error.code, msg.error.message) if msg.HasField("error") else None,
+        error=ErrorInfo(msg.error.code, msg.error.message, msg.error.param)
+        if msg.HasField("error")
+        else None,
         timings=Timings(msg.timings.queued_s, msg.timings.batch_wait_s, msg.timings.engine_s),
         batch_size=msg.batch_size,
         model=msg.model,
         worker_id=msg.worker_id,
         created_at=msg.created_at,
+        endpoint="completions" if msg.endpoint == pb.ENDPOINT_COMPLETIONS else "chat",
     )

@@ -15,6 +15,8 @@ from typing import Literal
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 FinishReason = Literal["stop", "length", "error"]
 Status = Literal["completed", "failed"]
+#: The OpenAI endpoint a request addressed; it decides the shape of the answer's body.
+Endpoint = Literal["chat", "completions"]
 
 
 def _frozen(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
@@ -64,6 +66,11 @@ class InferenceRequest:
     deadline: float | None = None  # unix seconds
     submitted_at: float | None = None  # unix seconds
 
+    @property
+    def endpoint(self) -> Endpoint:
+        """``chat`` for messages (``/v1/chat/completions``), else ``completions``."""
+        return "chat" if self.messages else "completions"
+
 
 @dataclass(frozen=True)
 class Usage:
@@ -78,8 +85,11 @@ class Usage:
 
 @dataclass(frozen=True)
 class ErrorInfo:
+    """An error's code, its message and the request field at fault ("" when none is)."""
+
     code: int
     message: str
+    param: str = ""
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,7 @@ class InferenceResult:
     model: str = ""
     worker_id: str = ""
     created_at: float = 0.0  # unix seconds, when the worker produced it
+    endpoint: Endpoint = "chat"
 
     @property
     def result_id(self) -> str:

@@ -1,4 +1,4 @@
-"""worker.wire.batchline and worker.wire.validation: batch lines in, result lines out."""
+"""worker.wire.batchline and worker.wire.validation: batch lines in."""
 
 from __future__ import annotations
 
@@ -10,21 +10,8 @@ from typing import Any
 import pytest
 
 from worker.errors import ErrorCode, RequestError
-from worker.wire.batchline import (
-    format_error_line,
-    format_output_line,
-    format_result_line,
-    parse_line,
-    request_to_line,
-)
-from worker.wire.messages import (
-    ChatMessage,
-    ErrorInfo,
-    InferenceRequest,
-    InferenceResult,
-    SamplingParams,
-    Usage,
-)
+from worker.wire.batchline import parse_line, request_to_line
+from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
 from worker.wire.validation import validate_request
 
 
@@ -221,60 +208,3 @@ def test_request_to_line_is_the_inverse_of_parse_line() -> None:
     line = request_to_line(req)
     assert line["url"] == "/v1/completions" and line["body"]["prompt"] == [5, 6]
     assert parse_line(json.dumps(line)) == req
-
-
-COMPLETED = InferenceResult(
-    "o-1",
-    batch_id="b",
-    metadata=MappingProxyType({"k": "v"}),
-    text="Rome.",
-    finish_reason="length",
-    usage=Usage(prompt_tokens=10, completion_tokens=3, reasoning_tokens=1),
-    model="m",
-    created_at=1_700_000_000.9,
-)
-
-
-def test_output_line_has_the_openai_batch_shape() -> None:
-    line = format_output_line(COMPLETED)
-    assert line["id"] == COMPLETED.result_id and line["custom_id"] == "o-1"
-    assert line["error"] is None and line["metadata"] == {"k": "v"}
-    response = line["response"]
-    assert response["status_code"] == 200
-    body = response["body"]
-    assert (body["object"], body["created"], body["model"]) == ("chat.completion", 1700000000, "m")
-    assert body["choices"] == [
-        {
-            "index": 0,
-            "message": {"role": "assistant", "content": "Rome."},
-            "finish_reason": "length",
-        }
-    ]
-    assert body["usage"] == {
-        "prompt_tokens": 10,
-        "completion_tokens": 3,
-        "total_tokens": 13,
-        "completion_tokens_details": {"reasoning_tokens": 1},
-    }
-    duplicate = format_output_line(InferenceResult("o-1", batch_id="b", created_at=5.0))
-    assert (duplicate["id"], duplicate["response"]["request_id"]) == (
-        line["id"],
-        response["request_id"],
-    )
-
-
-@pytest.mark.parametrize(("code", "status"), [(4001, 400), (4004, 400), (5000, 500), (5003, 500)])
-def test_error_line_maps_codes_to_http_statuses(code: int, status: int) -> None:
-    failed = InferenceResult(
-        "e-1", status="failed", finish_reason="error", error=ErrorInfo(code, "why")
-    )
-    line = format_result_line(failed)
-    error = {"code": str(code), "message": "why"}
-    assert line["error"] == error and line["response"]["body"] == {"error": error}
-    assert line["response"]["status_code"] == status
-    assert format_result_line(COMPLETED) == format_output_line(COMPLETED)
-
-
-def test_error_line_needs_an_error() -> None:
-    with pytest.raises(ValueError):
-        format_error_line(InferenceResult("e-2", status="failed"))

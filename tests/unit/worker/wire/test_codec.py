@@ -146,13 +146,14 @@ results = st.builds(
     model=texts,
     worker_id=texts,
     created_at=finite(0, 4e9),
+    endpoint=st.sampled_from(["chat", "completions"]),
 ) | st.builds(
     InferenceResult,
     custom_id=st.text(min_size=1, max_size=40),
     metadata=metadata,
     status=st.just("failed"),
     finish_reason=st.just("error"),
-    error=st.builds(ErrorInfo, st.sampled_from([int(c) for c in ErrorCode]), texts),
+    error=st.builds(ErrorInfo, st.sampled_from([int(c) for c in ErrorCode]), texts, texts),
 )
 
 

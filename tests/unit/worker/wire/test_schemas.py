@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import fields, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -13,7 +13,8 @@ import pytest
 from tests import ROOT
 from worker.config import Config, ConfigError, load_config
 from worker.errors import ErrorCode, RequestError
-from worker.wire.batchline import format_error_line, format_output_line, parse_line
+from worker.wire.answers import format_error_line, format_output_line
+from worker.wire.batchline import parse_line
 from worker.wire.messages import ErrorInfo, InferenceResult, Usage
 
 EXAMPLES = ROOT / "examples" / "requests.jsonl"
@@ -94,12 +95,17 @@ def test_formatted_lines_match_their_schemas() -> None:
         model="m",
         created_at=1.0,
     )
-    OUTPUT.validate(format_output_line(completed))
-    assert not ERROR.is_valid(format_output_line(completed))
+    for endpoint in ("chat", "completions"):
+        line = format_output_line(replace(completed, endpoint=endpoint))
+        OUTPUT.validate(line)
+        assert not ERROR.is_valid(line)
     for code in ErrorCode:
-        failed = InferenceResult("f-2", status="failed", error=ErrorInfo(int(code), "why"))
-        ERROR.validate(format_error_line(failed))
-        assert not OUTPUT.is_valid(format_error_line(failed))
+        for param in ("", "top_p"):
+            failed = InferenceResult(
+                "f-2", status="failed", error=ErrorInfo(int(code), "why", param)
+            )
+            ERROR.validate(format_error_line(failed))
+            assert not OUTPUT.is_valid(format_error_line(failed))
 
 
 CONFIG = validator("worker-config")

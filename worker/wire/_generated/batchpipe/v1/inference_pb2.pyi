@@ -8,6 +8,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Endpoint(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ENDPOINT_UNSPECIFIED: _ClassVar[Endpoint]
+    ENDPOINT_CHAT_COMPLETIONS: _ClassVar[Endpoint]
+    ENDPOINT_COMPLETIONS: _ClassVar[Endpoint]
+
 class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     STATUS_UNSPECIFIED: _ClassVar[Status]
@@ -20,6 +26,9 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_STOP: _ClassVar[FinishReason]
     FINISH_REASON_LENGTH: _ClassVar[FinishReason]
     FINISH_REASON_ERROR: _ClassVar[FinishReason]
+ENDPOINT_UNSPECIFIED: Endpoint
+ENDPOINT_CHAT_COMPLETIONS: Endpoint
+ENDPOINT_COMPLETIONS: Endpoint
 STATUS_UNSPECIFIED: Status
 STATUS_COMPLETED: Status
 STATUS_FAILED: Status
@@ -118,12 +127,14 @@ class Usage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., reasoning_tokens: _Optional[int] = ...) -> None: ...
 
 class Error(_message.Message):
-    __slots__ = ("code", "message")
+    __slots__ = ("code", "message", "param")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PARAM_FIELD_NUMBER: _ClassVar[int]
     code: int
     message: str
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    param: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., param: _Optional[str] = ...) -> None: ...
 
 class Timings(_message.Message):
     __slots__ = ("queued_s", "batch_wait_s", "engine_s")
@@ -136,7 +147,7 @@ class Timings(_message.Message):
     def __init__(self, queued_s: _Optional[float] = ..., batch_wait_s: _Optional[float] = ..., engine_s: _Optional[float] = ...) -> None: ...
 
 class InferenceResult(_message.Message):
-    __slots__ = ("custom_id", "batch_id", "batch_total", "metadata", "status", "text", "finish_reason", "usage", "error", "timings", "batch_size", "model", "worker_id", "created_at")
+    __slots__ = ("custom_id", "batch_id", "batch_total", "metadata", "status", "text", "finish_reason", "usage", "error", "timings", "batch_size", "model", "worker_id", "created_at", "endpoint")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +169,7 @@ class InferenceResult(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     custom_id: str
     batch_id: str
     batch_total: int
@@ -172,4 +184,5 @@ class InferenceResult(_message.Message):
     model: str
     worker_id: str
     created_at: float
-    def __init__(self, custom_id: _Optional[str] = ..., batch_id: _Optional[str] = ..., batch_total: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[Status, str]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., batch_size: _Optional[int] = ..., model: _Optional[str] = ..., worker_id: _Optional[str] = ..., created_at: _Optional[float] = ...) -> None: ...
+    endpoint: Endpoint
+    def __init__(self, custom_id: _Optional[str] = ..., batch_id: _Optional[str] = ..., batch_total: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[Status, str]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., batch_size: _Optional[int] = ..., model: _Optional[str] = ..., worker_id: _Optional[str] = ..., created_at: _Optional[float] = ..., endpoint: _Optional[_Union[Endpoint, str]] = ...) -> None: ...

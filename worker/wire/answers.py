@@ -1,0 +1,107 @@
+"""Results as OpenAI batch output and error lines, in the exact shapes of the OpenAI API.
+
+A completed result becomes an output line whose ``response.body`` is what the endpoint
+the request addressed returns: a ``chat.completion`` (``ChatCompletion`` in the official
+``openai`` SDK) for ``/v1/chat/completions``, a ``text_completion`` (``Completion``) for
+``/v1/completions``. A failed result becomes an error line: ``response.body.error`` is an
+OpenAI error object (``message``, ``type``, ``param``, ``code``) and the top-level
+``error`` the batch line's own (``code``, ``message``, ``param``), as the SDK's
+``ErrorObject`` and ``BatchError`` read them. ``code`` is batchpipe's wire code as a string
+(docs/architecture.md §5); ``param`` names the request field at fault, else null.
+
+``tests/unit/worker/wire/test_openai_shapes.py`` validates every shape with the SDK types.
+Schemas: ``schemas/batch-output-line.schema.json``, ``schemas/batch-error-line.schema.json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.wire.messages import InferenceResult
+
+
+def _ids(result: InferenceResult) -> tuple[str, str]:
+    """``(request_id, response body id)``, derived from the stable result id."""
+    digest = result.result_id.removeprefix("batch_req_")
+    prefix = "chatcmpl" if result.endpoint == "chat" else "cmpl"
+    return f"req_{digest}", f"{prefix}-{digest}"
+
+
+def _choice(result: InferenceResult) -> dict[str, Any]:
+    if result.endpoint == "chat":
+        return {
+            "index": 0,
+            "message": {"role": "assistant", "content": result.text, "refusal": None},
+            "logprobs": None,
+            "finish_reason": result.finish_reason,
+        }
+    return {
+        "index": 0,
+        "text": result.text,
+        "logprobs": None,
+        "finish_reason": result.finish_reason,
+    }
+
+
+def response_body(result: InferenceResult) -> dict[str, Any]:
+    """The body the OpenAI endpoint answers for a completed result."""
+    _, body_id = _ids(result)
+    usage = result.usage
+    return {
+        "id": body_id,
+        "object": "chat.completion" if result.endpoint == "chat" else "text_completion",
+        "created": int(result.created_at),
+        "model": result.model,
+        "choices": [_choice(result)],
+        "usage": {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        },
+    }
+
+
+def format_output_line(result: InferenceResult) -> dict[str, Any]:
+    """The OpenAI batch output line of a completed result."""
+    request_id, _ = _ids(result)
+    return {
+        "id": result.result_id,
+        "custom_id": result.custom_id,
+        "response": {"status_code": 200, "request_id": request_id, "body": response_body(result)},
+        "error": None,
+        "metadata": dict(result.metadata),
+    }
+
+
+def format_error_line(result: InferenceResult) -> dict[str, Any]:
+    """The OpenAI batch error line of a failed result (which always carries an error)."""
+    if result.error is None:
+        raise ValueError(f"result {result.custom_id!r} has no error to format")
+    request_id, _ = _ids(result)
+    code, message = str(result.error.code), result.error.message
+    param = result.error.param or None
+    client_error = 4000 <= result.error.code < 5000
+    return {
+        "id": result.result_id,
+        "custom_id": result.custom_id,
+        "response": {
+            "status_code": 400 if client_error else 500,
+            "request_id": request_id,
+            "body": {
+                "error": {
+                    "message": message,
+                    "type": "invalid_request_error" if client_error else "server_error",
+                    "param": param,
+                    "code": code,
+                }
+            },
+        },
+        "error": {"code": code, "message": message, "param": param},
+        "metadata": dict(result.metadata),
+    }
+
+
+def format_result_line(result: InferenceResult) -> dict[str, Any]:
+    """The output line of a completed result, the error line of a failed one."""
+    return format_output_line(result) if result.status == "completed" else format_error_line(result)
