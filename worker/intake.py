@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from batcher import Pending, prefix_key_of
 from worker.config import BatchingConfig, GenerationConfig
 from worker.engines.base import Engine, EngineInput, ResolvedSampling
+from worker.engines.support import refusal
 from worker.errors import ErrorCode, RequestError
 from worker.jobs import Identity, Job, Source, failed
 from worker.wire.codec import CodecLimits, Headers, decode_request
@@ -101,6 +102,9 @@ class Intake:
         sampling = ResolvedSampling.resolve(
             request.sampling, request.enable_thinking, self._generation
         )
+        refused = refusal(self._engine, sampling, request.custom_id)
+        if refused is not None:
+            raise refused
         try:
             token_ids = self._engine.encode(
                 replace(request, enable_thinking=sampling.enable_thinking)
@@ -113,12 +117,14 @@ class Intake:
                 f"the model cannot take this input: {exc}",
                 request.custom_id,
             ) from exc
-        total = len(token_ids) + sampling.max_tokens
+        # n choices are n sequences: each holds the prompt and up to max_tokens
+        total = (len(token_ids) + sampling.max_tokens) * sampling.n
         if total > self._batching.max_batch_tokens:
+            times = f"{sampling.n} × " if sampling.n > 1 else ""
             raise RequestError(
                 ErrorCode.OVER_LIMIT,
-                f"prompt ({len(token_ids)} tokens) + max_tokens ({sampling.max_tokens}) = "
-                f"{total} exceeds max_batch_tokens {self._batching.max_batch_tokens}",
+                f"{times}(prompt ({len(token_ids)} tokens) + max_tokens ({sampling.max_tokens}))"
+                f" = {total} exceeds max_batch_tokens {self._batching.max_batch_tokens}",
                 request.custom_id,
             )
         job = Job(
@@ -132,8 +138,8 @@ class Intake:
             key=source.ref,
             partition=(source.topic, source.partition),
             offset=source.offset,
-            prompt_tokens=len(token_ids),
-            max_tokens=sampling.max_tokens,
+            prompt_tokens=len(token_ids) * sampling.n,
+            max_tokens=sampling.max_tokens * sampling.n,
             arrival=now,
             payload=job,
             priority=request.priority,

@@ -105,6 +105,8 @@ def completed(
         worker_id=identity.worker_id,
         created_at=time.time(),
         endpoint=req.endpoint,
+        logprobs=None if error else completion.logprobs,
+        extra_choices=() if error else completion.extra_choices,
     )
 
 

@@ -122,6 +122,44 @@ def test_limits_deadline_and_model_are_answered_with_their_codes(kafka_config: C
     assert codes == {"req-1": 4004, "req-2": 4002, "req-3": 4003, "req-4": 0}
 
 
+def test_raw_producers_get_every_field_honoured_or_refused(kafka_config: Config) -> None:
+    """Nothing silently ignored from a raw Kafka producer, JSON or protobuf (issue 17)."""
+    config = echo_config(kafka_config)
+    as_json = [("content-type", JSON_CONTENT_TYPE.encode())]
+
+    def line(custom_id: str, **body: object) -> Record:
+        messages = [{"role": "user", "content": "hi"}]
+        row = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions"}
+        return json.dumps({**row, "body": {"messages": messages, **body}}).encode(), as_json
+
+    value, headers = encode_request(chat(5))
+    unknown = zstandard.ZstdCompressor().compress(_pb_payload(chat(6)) + b"\xa0\x06\x01")
+    records: list[Record] = [
+        line("stream", stream=True),
+        line("tools", tools=[{"type": "function", "function": {"name": "f"}}]),
+        line("future", some_future_field=1),
+        line("format", response_format={"type": "json_object"}),  # echo: not yet honoured
+        line("choices", n=2, logprobs=True, top_logprobs=1, stream=False, user="u"),
+        encode_request(replace(chat(7), sampling=SamplingParams(n=3, logprobs=True))),
+        (unknown, headers),
+        (value, headers),
+    ]
+    publish_raw(config, records)
+    with running_worker(config):
+        results = {r.custom_id: r for r in read_results(config, len(records))}
+    params = {k: (r.error.code, r.error.param) for k, r in results.items() if r.error}
+    assert params == {
+        "stream": (4002, "stream"),
+        "tools": (4002, "tools"),
+        "future": (4002, "some_future_field"),
+        "format": (4002, "response_format"),
+        "req-6": (4002, "100"),
+    }
+    assert [c.text for c in results["choices"].choices] == ["hi", "hi"]
+    assert results["choices"].logprobs is not None and len(results["choices"].logprobs) == 2
+    assert len(results["req-7"].choices) == 3 and results["req-5"].status == "completed"
+
+
 def test_prefetch_bounds_in_flight_requests_under_a_backlog(kafka_config: Config) -> None:
     config = echo_config(kafka_config, prefetch_count=64, max_batch_size=16, adaptive=False)
     n = 5000

@@ -49,7 +49,15 @@ from typing import ClassVar, Literal
 
 from worker.config import GenerationConfig
 from worker.errors import BatchpipeError, ErrorCode
-from worker.wire.messages import ErrorInfo, FinishReason, InferenceRequest, SamplingParams
+from worker.wire.messages import (
+    Choice,
+    ErrorInfo,
+    FinishReason,
+    InferenceRequest,
+    Logprobs,
+    ResponseFormat,
+    SamplingParams,
+)
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,10 @@ class ResolvedSampling:
     * ``repetition_penalty``: transformers' definition, over prompt and output; 1.0 = off.
     * ``enable_thinking``: rendered into the prompt by the chat template when the request
       is encoded; recorded here so the settings describe the whole generation.
+    * ``n``: choices to generate (≥ 1); choice ``i`` samples with seed ``seed + i``.
+    * ``logprobs``: report each generated token's log probability under the model (before
+      penalties and temperature) and the ``top_logprobs`` likeliest tokens at it.
+    * ``response_format``: the shape the output must take; ``text`` = free text.
     """
 
     max_tokens: int
@@ -85,6 +97,10 @@ class ResolvedSampling:
     frequency_penalty: float
     repetition_penalty: float
     enable_thinking: bool
+    n: int = 1
+    logprobs: bool = False
+    top_logprobs: int = 0
+    response_format: ResponseFormat = ResponseFormat()  # noqa: RUF009 — frozen, safe to share
 
     @classmethod
     def resolve(
@@ -113,7 +129,35 @@ class ResolvedSampling:
             enable_thinking=defaults.enable_thinking
             if enable_thinking is None
             else enable_thinking,
+            n=1 if sampling.n is None else sampling.n,
+            logprobs=bool(sampling.logprobs),
+            top_logprobs=sampling.top_logprobs or 0,
+            response_format=sampling.response_format,
         )
+
+    def choice_seed(self, index: int) -> int:
+        """The seed of choice ``index`` (``seed + index``, kept within 63 bits)."""
+        return (self.seed + index) % 2**63
+
+    @property
+    def asks_for(self) -> frozenset[str]:
+        """The request-body fields (:mod:`worker.wire.fields`) these settings use: each
+        set to a value other than its off value. An engine must honour every one of them."""
+        used = {
+            "temperature": self.temperature != 0,
+            "top_p": self.top_p != 1.0,
+            "top_k": self.top_k != 0,
+            "seed": self.seeded,
+            "stop": bool(self.stop),
+            "presence_penalty": self.presence_penalty != 0,
+            "frequency_penalty": self.frequency_penalty != 0,
+            "repetition_penalty": self.repetition_penalty != 1.0,
+            "n": self.n != 1,
+            "logprobs": self.logprobs,
+            "top_logprobs": self.top_logprobs != 0,
+            "response_format": self.response_format.type != "text",
+        }
+        return frozenset(name for name, on in used.items() if on)
 
     @property
     def greedy(self) -> bool:
@@ -148,6 +192,10 @@ class EngineInput:
 
 @dataclass(frozen=True)
 class Completion:
+    """What an engine made of one input: its first choice inline, the others (n > 1) in
+    ``extra_choices``. ``completion_tokens`` counts the tokens of every choice; ``logprobs``
+    is set (the first choice's) exactly when the input asked for them."""
+
     key: str
     text: str = ""
     finish_reason: FinishReason = "stop"
@@ -155,6 +203,8 @@ class Completion:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     error: ErrorInfo | None = None
+    logprobs: Logprobs = None
+    extra_choices: tuple[Choice, ...] = ()
 
     @classmethod
     def failed(cls, key: str, code: ErrorCode, message: str, prompt_tokens: int) -> Completion:
@@ -193,6 +243,12 @@ class Engine(ABC):
     model_name: str
     #: how the worker feeds it: :class:`StaticEngine` or :class:`InFlightEngine`
     mode: ClassVar[FeedMode]
+    #: the ``engine`` fields of :mod:`worker.wire.fields` it applies; a request that asks
+    #: for another (``ResolvedSampling.asks_for``) is refused with 4002 at admission
+    honours: ClassVar[frozenset[str]] = frozenset()
+    #: fields that cannot change its answer (the echo engine has no distribution to shape):
+    #: accepted, and documented as without effect
+    inert: ClassVar[frozenset[str]] = frozenset()
 
     @abstractmethod
     def load(self) -> None:

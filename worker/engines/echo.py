@@ -4,6 +4,8 @@ Its "tokenizer" is UTF-8: one token per byte, so counts are exact and reversible
 renders as ``"role: content\\n"`` lines; the reply is the last user message's content
 (a plain prompt is echoed whole). It never imports torch, so it measures the pipeline's
 own overhead; ``delay_per_batch_s`` / ``delay_per_token_s`` make it a slow engine for tests.
+Sampling settings cannot change its one answer (``EchoEngine.inert``); ``stop``, ``n`` and
+``logprobs`` it honours.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 from worker.engines.base import Completion, EngineInput, OnComplete, StaticEngine
 from worker.engines.utilization import BusyMeter
 from worker.errors import ErrorCode, RequestError
-from worker.wire.messages import FinishReason, InferenceRequest
+from worker.wire.messages import Choice, FinishReason, InferenceRequest, TokenLogprob
 
 _ROLES = ("system", "user", "assistant", "tool", "developer")
 
@@ -42,8 +44,51 @@ def reply_text(prompt: str) -> str:
     return body[:end]
 
 
+#: the log probability echo gives the alternatives it never picks (OpenAI's floor value)
+UNLIKELY = -9999.0
+
+
+def echo_logprobs(data: bytes, top: int) -> tuple[TokenLogprob, ...]:
+    """One entry per byte-token: certain (0.0), with ``top`` alternatives — the token itself,
+    then the following byte values at :data:`UNLIKELY`. Deterministic, like the reply."""
+
+    def token(byte: int) -> str:
+        return bytes([byte]).decode("utf-8", "replace")
+
+    return tuple(
+        TokenLogprob(
+            token(b),
+            0.0,
+            tuple(
+                TokenLogprob(token((b + k) % 256), 0.0 if k == 0 else UNLIKELY) for k in range(top)
+            ),
+        )
+        for b in data
+    )
+
+
 def echo_completion(item: EngineInput) -> Completion:
-    """The echo engine's answer to one input; stop strings and max_tokens as a model would."""
+    """The echo engine's answer to one input; stop strings and max_tokens as a model would.
+
+    ``n`` choices are ``n`` copies (echo has one possible answer); ``logprobs`` are those
+    of :func:`echo_logprobs` for the bytes of the text.
+    """
+    text, finish, tokens = _reply(item)
+    s = item.sampling
+    logprobs = echo_logprobs(text.encode(), s.top_logprobs) if s.logprobs else None
+    return Completion(
+        key=item.key,
+        text=text,
+        finish_reason=finish,
+        prompt_tokens=len(item.prompt_token_ids),
+        completion_tokens=tokens * s.n,
+        logprobs=logprobs,
+        extra_choices=(Choice(text, finish, logprobs),) * (s.n - 1),
+    )
+
+
+def _reply(item: EngineInput) -> tuple[str, FinishReason, int]:
+    """(text, finish reason, generated tokens) of one choice."""
     reply = reply_text(bytes(item.prompt_token_ids).decode("utf-8", "replace"))
     limit = item.sampling.max_tokens
     data = reply.encode()
@@ -53,24 +98,21 @@ def echo_completion(item: EngineInput) -> Completion:
         # a model emits the stop string's tokens before it notices them
         through_stop = len(reply[:cut].encode()) + len(stop.encode())
         if through_stop <= limit:
-            return _completion(item, reply[:cut], "stop", through_stop)
+            return reply[:cut], "stop", through_stop
     if len(data) > limit:
-        return _completion(item, data[:limit].decode("utf-8", "ignore"), "length", limit)
-    return _completion(item, reply, "stop", len(data))
-
-
-def _completion(item: EngineInput, text: str, finish: FinishReason, tokens: int) -> Completion:
-    return Completion(
-        key=item.key,
-        text=text,
-        finish_reason=finish,
-        prompt_tokens=len(item.prompt_token_ids),
-        completion_tokens=tokens,
-    )
+        return data[:limit].decode("utf-8", "ignore"), "length", limit
+    return reply, "stop", len(data)
 
 
 class EchoEngine(StaticEngine):
     """Echoes prompts back; each input completes after its own simulated decoding time."""
+
+    honours = frozenset({"stop", "n", "logprobs", "top_logprobs"})
+    # its one possible answer has no distribution for these to shape
+    inert = frozenset(
+        {"temperature", "top_p", "top_k", "seed"}
+        | {"presence_penalty", "frequency_penalty", "repetition_penalty"}
+    )
 
     def __init__(self, *, delay_per_batch_s: float = 0.0, delay_per_token_s: float = 0.0) -> None:
         self.model_name = "echo"

@@ -26,3 +26,21 @@ def create_engine(engine: EngineConfig, batching: BatchingConfig) -> Engine:
 
         return TrtLlmEngine(engine, batching)
     raise ModelLoadError(f"unknown engine kind {engine.kind!r}: expected hf, trtllm or echo")
+
+
+def engine_class(kind: str) -> type[Engine]:
+    """The engine class of ``kind``, for what it declares (``honours``, ``inert``); imports
+    its module, never its heavy libraries."""
+    if kind == "echo":
+        from worker.engines.echo import EchoEngine
+
+        return EchoEngine
+    if kind == "hf":
+        from worker.engines.hf.engine import HFEngine
+
+        return HFEngine
+    if kind == "trtllm":
+        from worker.engines.trtllm import TrtLlmEngine
+
+        return TrtLlmEngine
+    raise ModelLoadError(f"unknown engine kind {kind!r}")

@@ -37,6 +37,13 @@ from worker.wire.messages import InferenceRequest
 class TrtLlmEngine(StaticEngine):
     """``tensorrt_llm.LLM`` serving a local Hugging Face checkpoint directory."""
 
+    # what _params maps onto tensorrt_llm.SamplingParams; n, logprobs and response_format
+    # are not mapped, so requests asking for them are refused at admission
+    honours = frozenset(
+        {"temperature", "top_p", "top_k", "seed", "stop"}
+        | {"presence_penalty", "frequency_penalty", "repetition_penalty"}
+    )
+
     def __init__(
         self,
         engine: EngineConfig | None = None,

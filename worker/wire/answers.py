@@ -3,13 +3,15 @@
 A completed result becomes an output line whose ``response.body`` is what the endpoint
 the request addressed returns: a ``chat.completion`` (``ChatCompletion`` in the official
 ``openai`` SDK) for ``/v1/chat/completions``, a ``text_completion`` (``Completion``) for
-``/v1/completions``. A failed result becomes an error line: ``response.body.error`` is an
-OpenAI error object (``message``, ``type``, ``param``, ``code``) and the top-level
-``error`` the batch line's own (``code``, ``message``, ``param``), as the SDK's
-``ErrorObject`` and ``BatchError`` read them. ``code`` is batchpipe's wire code as a string
-(docs/architecture.md §5); ``param`` names the request field at fault, else null.
+``/v1/completions``; one choice per ``n``, each with its ``logprobs`` in that endpoint's
+form when the request asked for them. A failed result becomes an error line:
+``response.body.error`` is an OpenAI error object (``message``, ``type``, ``param``,
+``code``) and the top-level ``error`` the batch line's own (``code``, ``message``,
+``param``), as the SDK's ``ErrorObject`` and ``BatchError`` read them. ``code`` is
+batchpipe's wire code as a string (docs/architecture.md §5); ``param`` names the request
+field at fault, else null.
 
-``tests/unit/worker/wire/test_openai_shapes.py`` validates every shape with the SDK types.
+``tests/unit/worker/wire/test_answers.py`` validates every shape with the SDK types.
 Schemas: ``schemas/batch-output-line.schema.json``, ``schemas/batch-error-line.schema.json``.
 """
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.wire.messages import InferenceResult
+from worker.wire.messages import Choice, Endpoint, InferenceResult, Logprobs, TokenLogprob
 
 
 def _ids(result: InferenceResult) -> tuple[str, str]:
@@ -27,19 +29,46 @@ def _ids(result: InferenceResult) -> tuple[str, str]:
     return f"req_{digest}", f"{prefix}-{digest}"
 
 
-def _choice(result: InferenceResult) -> dict[str, Any]:
-    if result.endpoint == "chat":
+def _token(token: TokenLogprob) -> dict[str, Any]:
+    return {"token": token.token, "logprob": token.logprob, "bytes": list(token.token.encode())}
+
+
+def _chat_logprobs(logprobs: Logprobs) -> dict[str, Any] | None:
+    if logprobs is None:
+        return None
+    content = [{**_token(t), "top_logprobs": [_token(top) for top in t.top]} for t in logprobs]
+    return {"content": content, "refusal": None}
+
+
+def _text_logprobs(logprobs: Logprobs) -> dict[str, Any] | None:
+    """The completions endpoint's form: parallel lists, top alternatives as maps."""
+    if logprobs is None:
+        return None
+    offsets, at = [], 0
+    for t in logprobs:
+        offsets.append(at)
+        at += len(t.token)
+    return {
+        "tokens": [t.token for t in logprobs],
+        "token_logprobs": [t.logprob for t in logprobs],
+        "top_logprobs": [{top.token: top.logprob for top in t.top} for t in logprobs],
+        "text_offset": offsets,
+    }
+
+
+def _choice(endpoint: Endpoint, index: int, choice: Choice) -> dict[str, Any]:
+    if endpoint == "chat":
         return {
-            "index": 0,
-            "message": {"role": "assistant", "content": result.text, "refusal": None},
-            "logprobs": None,
-            "finish_reason": result.finish_reason,
+            "index": index,
+            "message": {"role": "assistant", "content": choice.text, "refusal": None},
+            "logprobs": _chat_logprobs(choice.logprobs),
+            "finish_reason": choice.finish_reason,
         }
     return {
-        "index": 0,
-        "text": result.text,
-        "logprobs": None,
-        "finish_reason": result.finish_reason,
+        "index": index,
+        "text": choice.text,
+        "logprobs": _text_logprobs(choice.logprobs),
+        "finish_reason": choice.finish_reason,
     }
 
 
@@ -52,7 +81,7 @@ def response_body(result: InferenceResult) -> dict[str, Any]:
         "object": "chat.completion" if result.endpoint == "chat" else "text_completion",
         "created": int(result.created_at),
         "model": result.model,
-        "choices": [_choice(result)],
+        "choices": [_choice(result.endpoint, i, c) for i, c in enumerate(result.choices)],
         "usage": {
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens,

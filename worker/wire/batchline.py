@@ -9,8 +9,11 @@ Input line (``schemas/batch-input-line.schema.json``)::
 ``url`` is ``/v1/chat/completions`` (``messages``) or ``/v1/completions`` (``prompt``,
 a string or a list of token ids). ``metadata`` may sit at the top level or in the body
 (both are merged, the top level wins). ``batch_id``, ``batch_total``, ``priority``,
-``deadline`` and ``submitted_at`` are optional top-level batchpipe extensions. Unknown
-body fields are ignored, as an OpenAI-compatible server does.
+``deadline`` and ``submitted_at`` are optional top-level batchpipe extensions.
+
+Nothing is silently ignored: a key the line, its body or a message does not define is
+4002 naming it, and so is a body field batchpipe refuses (:mod:`worker.wire.fields`
+lists every field and what is done with it); ``null`` means absent.
 
 Output and error lines are written by :mod:`worker.wire.answers`.
 """
@@ -23,12 +26,21 @@ from types import MappingProxyType
 from typing import Any
 
 from worker.errors import ErrorCode, RequestError
-from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
+from worker.wire.fields import body_field
+from worker.wire.messages import ChatMessage, Endpoint, InferenceRequest, SamplingParams
+from worker.wire.response_format import format_from_json, format_to_json
 from worker.wire.validation import check_custom_id, validate_request
 
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
 _OPTIONAL_FLOATS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+LINE_KEYS = frozenset(
+    {"custom_id", "method", "url", "body", "metadata", "batch_id", "batch_total", "priority"}
+    | {"deadline", "submitted_at"}
+)
+MESSAGE_KEYS = frozenset({"role", "content"})
+#: the most alternatives per token the completions endpoint's integer ``logprobs`` takes
+MAX_COMPLETIONS_LOGPROBS = 5
 
 
 def _reject_constant(name: str) -> float:
@@ -41,8 +53,16 @@ class _Fields:
     def __init__(self, obj: Mapping[str, Any], where: str, custom_id: str | None) -> None:
         self.obj, self.where, self.custom_id = obj, where, custom_id
 
-    def error(self, code: ErrorCode, message: str) -> RequestError:
-        return RequestError(code, message, self.custom_id)
+    def error(self, code: ErrorCode, message: str, param: str | None = None) -> RequestError:
+        return RequestError(code, message, self.custom_id, param=param)
+
+    def unknown(self, known: frozenset[str], why: str) -> None:
+        """4002 naming the first key of this object outside ``known``."""
+        for key in self.obj:
+            if key not in known:
+                raise self.error(
+                    ErrorCode.INVALID_PARAMETER, f"unknown field {self.where}{key}: {why}", key
+                )
 
     def get(self, key: str, kind: type | tuple[type, ...], what: str) -> Any:
         """The value of ``key``, None when absent or null."""
@@ -101,7 +121,9 @@ def _messages(body: _Fields) -> tuple[ChatMessage, ...]:
         where = f"body.messages[{i}]"
         if not isinstance(item, dict):
             raise body.error(ErrorCode.MALFORMED, f"{where} must be an object")
-        role = _Fields(item, f"{where}.", body.custom_id).get("role", str, "a string")
+        message = _Fields(item, f"{where}.", body.custom_id)
+        message.unknown(MESSAGE_KEYS, "a message is a role and its text content")
+        role = message.get("role", str, "a string")
         if role is None:
             raise body.error(ErrorCode.MALFORMED, f"{where}.role is required")
         messages.append(ChatMessage(role, _content(item.get("content"), body, f"{where}.content")))
@@ -119,7 +141,35 @@ def _prompt(body: _Fields) -> tuple[str | None, tuple[int, ...]]:
     )
 
 
-def _sampling(body: _Fields) -> SamplingParams:
+def _check_body(body: _Fields, endpoint: Endpoint, url: str) -> None:
+    """4002 for a key ``url``'s body does not have, or a refused field that asks for something."""
+    for key, value in body.obj.items():
+        field = body_field(key, endpoint)
+        if field is None:
+            raise body.error(
+                ErrorCode.INVALID_PARAMETER, f"unknown field body.{key} for {url}", key
+            )
+        if field.treatment == "refused" and not field.asks_nothing(value):
+            raise body.error(
+                ErrorCode.INVALID_PARAMETER, f"body.{key} is not supported: {field.note}", key
+            )
+
+
+def _logprobs(body: _Fields, endpoint: Endpoint) -> tuple[bool | None, int | None]:
+    """``(logprobs, top_logprobs)``: chat takes a boolean and a count, completions a count."""
+    if endpoint == "chat":
+        return body.get("logprobs", bool, "a boolean"), body.integer("top_logprobs")
+    count = body.integer("logprobs")
+    if count is not None and not 0 <= count <= MAX_COMPLETIONS_LOGPROBS:
+        raise body.error(
+            ErrorCode.INVALID_PARAMETER,
+            f"logprobs must be between 0 and {MAX_COMPLETIONS_LOGPROBS}, got {count}",
+            "logprobs",
+        )
+    return (None, None) if count is None else (True, count)
+
+
+def _sampling(body: _Fields, endpoint: Endpoint) -> SamplingParams:
     max_tokens = body.integer("max_tokens")
     max_completion_tokens = body.integer("max_completion_tokens")
     if None not in (max_tokens, max_completion_tokens) and max_tokens != max_completion_tokens:
@@ -128,12 +178,21 @@ def _sampling(body: _Fields) -> SamplingParams:
     if isinstance(stop, list) and not all(isinstance(s, str) for s in stop):
         raise body.error(ErrorCode.MALFORMED, "body.stop must be a string or a list of strings")
     floats = {name: body.number(name) for name in _OPTIONAL_FLOATS}
+    logprobs, top_logprobs = _logprobs(body, endpoint)
+    try:
+        response_format = format_from_json(body.obj.get("response_format"))
+    except RequestError as exc:
+        raise body.error(exc.code, exc.message, exc.param) from exc
     return SamplingParams(
         max_tokens=max_completion_tokens if max_tokens is None else max_tokens,
         top_k=body.integer("top_k"),
         seed=body.integer("seed"),
         stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
         repetition_penalty=body.number("repetition_penalty"),
+        n=body.integer("n"),
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+        response_format=response_format,
         **floats,
     )
 
@@ -164,6 +223,7 @@ def parse_line(line: str | bytes | Mapping[str, Any]) -> InferenceRequest:
         raise RequestError(ErrorCode.MALFORMED, "custom_id must be a non-empty string")
     check_custom_id(custom_id)
     top = _Fields(obj, "", custom_id)
+    top.unknown(LINE_KEYS, "not a batch line key")
     method, url = top.get("method", str, "a string"), top.get("url", str, "a string")
     raw_body = top.get("body", dict, "an object")
     if method is None or url is None or raw_body is None:
@@ -174,21 +234,25 @@ def parse_line(line: str | bytes | Mapping[str, Any]) -> InferenceRequest:
     messages: tuple[ChatMessage, ...] = ()
     prompt: str | None = None
     token_ids: tuple[int, ...] = ()
+    endpoint: Endpoint
     if url == CHAT_URL:
-        messages = _messages(body)
+        endpoint = "chat"
     elif url == COMPLETIONS_URL:
-        prompt, token_ids = _prompt(body)
+        endpoint = "completions"
     else:
         raise top.error(ErrorCode.INVALID_PARAMETER, f"url must be {CHAT_URL} or {COMPLETIONS_URL}")
-    n = body.integer("n")
-    if n is not None and n != 1:
-        raise body.error(ErrorCode.INVALID_PARAMETER, "n must be 1: one completion per line")
+    _check_body(body, endpoint, url)
+    if endpoint == "chat":
+        messages = _messages(body)
+    else:
+        prompt, token_ids = _prompt(body)
     thinking = body.get("enable_thinking", bool, "a boolean")
     template_kwargs = body.get("chat_template_kwargs", dict, "an object")
-    if thinking is None and template_kwargs is not None:
-        thinking = _Fields(template_kwargs, "body.chat_template_kwargs.", custom_id).get(
-            "enable_thinking", bool, "a boolean"
-        )
+    if template_kwargs is not None:
+        kwargs = _Fields(template_kwargs, "body.chat_template_kwargs.", custom_id)
+        kwargs.unknown(frozenset({"enable_thinking"}), "only enable_thinking is taken")
+        if thinking is None:
+            thinking = kwargs.get("enable_thinking", bool, "a boolean")
     req = InferenceRequest(
         custom_id=custom_id,
         batch_id=top.get("batch_id", str, "a string") or "",
@@ -197,7 +261,7 @@ def parse_line(line: str | bytes | Mapping[str, Any]) -> InferenceRequest:
         messages=messages,
         prompt=prompt,
         prompt_token_ids=token_ids,
-        sampling=_sampling(body),
+        sampling=_sampling(body, endpoint),
         enable_thinking=thinking,
         metadata=MappingProxyType({**body.string_map("metadata"), **top.string_map("metadata")}),
         priority=top.integer("priority") or 0,
@@ -218,11 +282,21 @@ def request_to_line(req: InferenceRequest) -> dict[str, Any]:
         url = CHAT_URL
         body["messages"] = [{"role": m.role, "content": m.content} for m in req.messages]
     s = req.sampling
-    for name in ("max_tokens", *_OPTIONAL_FLOATS, "top_k", "seed", "repetition_penalty"):
+    for name in ("max_tokens", *_OPTIONAL_FLOATS, "top_k", "seed", "repetition_penalty", "n"):
         if getattr(s, name) is not None:
             body[name] = getattr(s, name)
     if s.stop:
         body["stop"] = list(s.stop)
+    if url == CHAT_URL:
+        body.update(
+            (name, getattr(s, name))
+            for name in ("logprobs", "top_logprobs")
+            if getattr(s, name) is not None
+        )
+        if s.response_format.type != "text":
+            body["response_format"] = format_to_json(s.response_format)
+    elif s.logprobs:
+        body["logprobs"] = s.top_logprobs or 0
     if req.enable_thinking is not None:
         body["enable_thinking"] = req.enable_thinking
     line: dict[str, Any] = {"custom_id": req.custom_id, "method": "POST", "url": url, "body": body}

@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from worker.config import LimitsConfig
 from worker.errors import ErrorCode, RequestError
@@ -26,14 +27,19 @@ from worker.wire.batchline import parse_line
 from worker.wire.compression import ZSTD_MAGIC, compress, inflate
 from worker.wire.messages import (
     ChatMessage,
+    Choice,
     Endpoint,
     ErrorInfo,
     FinishReason,
     InferenceRequest,
     InferenceResult,
+    Logprobs,
+    ResponseFormat,
+    ResponseFormatType,
     SamplingParams,
     Status,
     Timings,
+    TokenLogprob,
     Usage,
 )
 from worker.wire.validation import escaped
@@ -154,6 +160,10 @@ def _request_to_pb(req: InferenceRequest) -> pb.InferenceRequest:
             presence_penalty=s.presence_penalty,
             frequency_penalty=s.frequency_penalty,
             repetition_penalty=s.repetition_penalty,
+            n=s.n,
+            logprobs=s.logprobs,
+            top_logprobs=s.top_logprobs,
+            response_format=_format_to_pb(s.response_format),
         ),
         enable_thinking=req.enable_thinking,
         metadata=req.metadata,
@@ -171,6 +181,42 @@ def _request_to_pb(req: InferenceRequest) -> pb.InferenceRequest:
     elif req.prompt_token_ids:
         msg.prompt_token_ids.ids.extend(req.prompt_token_ids)
     return msg
+
+
+def _format_to_pb(fmt: ResponseFormat) -> pb.ResponseFormat | None:
+    if fmt == ResponseFormat():
+        return None
+    return pb.ResponseFormat(type=fmt.type, schema=fmt.schema, name=fmt.name, strict=fmt.strict)
+
+
+def _format_from_pb(msg: pb.ResponseFormat) -> ResponseFormat:
+    kinds: dict[str, ResponseFormatType] = {
+        "": "text",
+        "text": "text",
+        "json_object": "json_object",
+        "json_schema": "json_schema",
+    }
+    kind = kinds.get(msg.type)
+    if kind is None:
+        raise RequestError(
+            ErrorCode.INVALID_PARAMETER,
+            f"response_format.type must be text, json_object or json_schema, got {msg.type!r}",
+            param="response_format",
+        )
+    return ResponseFormat(kind, msg.schema, msg.name, _present(msg, "strict"))
+
+
+def _unknown_fields(msg: Message, where: str) -> list[str]:
+    """Fields a newer producer set that this worker does not know, by path and number."""
+    unknown = UnknownFieldSet(msg)
+    found = [f"{where}{unknown[i].field_number}" for i in range(len(unknown))]
+    for descriptor, value in msg.ListFields():
+        if descriptor.message_type is None or descriptor.message_type.GetOptions().map_entry:
+            continue
+        children = value if descriptor.is_repeated else [value]
+        for child in children:
+            found += _unknown_fields(child, f"{where}{descriptor.name}.")
+    return found
 
 
 def _request_from_pb(msg: pb.InferenceRequest) -> InferenceRequest:
@@ -193,6 +239,10 @@ def _request_from_pb(msg: pb.InferenceRequest) -> InferenceRequest:
             presence_penalty=_present(s, "presence_penalty"),
             frequency_penalty=_present(s, "frequency_penalty"),
             repetition_penalty=_present(s, "repetition_penalty"),
+            n=_present(s, "n"),
+            logprobs=_present(s, "logprobs"),
+            top_logprobs=_present(s, "top_logprobs"),
+            response_format=_format_from_pb(s.response_format),
         ),
         enable_thinking=_present(msg, "enable_thinking"),
         metadata=MappingProxyType(dict(msg.metadata)),
@@ -232,7 +282,22 @@ def decode_request(
         msg.ParseFromString(payload)
     except DecodeError as exc:
         raise _malformed(f"not a valid protobuf {REQUEST_TYPE}: {exc}") from exc
-    req = _request_from_pb(msg)
+    custom_id = msg.custom_id or None
+    unknown = _unknown_fields(msg, "")
+    if unknown:
+        # proto3 keeps fields it does not know; serving the request without them would
+        # silently ignore what the producer asked for
+        raise RequestError(
+            ErrorCode.INVALID_PARAMETER,
+            f"unknown {REQUEST_TYPE} field number(s) {', '.join(unknown)}: this worker "
+            "cannot honour them",
+            custom_id,
+            param=unknown[0],
+        )
+    try:
+        req = _request_from_pb(msg)
+    except RequestError as exc:
+        raise RequestError(exc.code, exc.message, custom_id, param=exc.param) from exc
     validate_request(req)
     return req
 
@@ -269,7 +334,19 @@ def _escaped(res: InferenceResult) -> InferenceResult:
         else ErrorInfo(error.code, escaped(error.message), escaped(error.param)),
         model=escaped(res.model),
         worker_id=escaped(res.worker_id),
+        logprobs=_escaped_logprobs(res.logprobs),
+        extra_choices=tuple(
+            Choice(escaped(c.text), c.finish_reason, _escaped_logprobs(c.logprobs))
+            for c in res.extra_choices
+        ),
     )
+
+
+def _escaped_logprobs(logprobs: Logprobs) -> Logprobs:
+    def one(token: TokenLogprob) -> TokenLogprob:
+        return TokenLogprob(escaped(token.token), token.logprob, tuple(map(one, token.top)))
+
+    return None if logprobs is None else tuple(map(one, logprobs))
 
 
 def _result_to_pb(res: InferenceResult) -> pb.InferenceResult:
@@ -296,12 +373,41 @@ def _result_to_pb(res: InferenceResult) -> pb.InferenceResult:
         worker_id=res.worker_id,
         created_at=res.created_at,
         endpoint=_ENDPOINT[res.endpoint],
+        logprobs=_logprobs_to_pb(res.logprobs),
+        extra_choices=[
+            pb.Choice(
+                text=c.text,
+                finish_reason=_FINISH[c.finish_reason],
+                logprobs=_logprobs_to_pb(c.logprobs),
+            )
+            for c in res.extra_choices
+        ],
     )
     if res.error is not None:
         msg.error.code = res.error.code
         msg.error.message = res.error.message
         msg.error.param = res.error.param
     return msg
+
+
+def _token_to_pb(token: TokenLogprob) -> pb.TokenLogprob:
+    return pb.TokenLogprob(
+        token=token.token, logprob=token.logprob, top_logprobs=[_token_to_pb(t) for t in token.top]
+    )
+
+
+def _logprobs_to_pb(logprobs: Logprobs) -> pb.Logprobs | None:
+    return None if logprobs is None else pb.Logprobs(content=[_token_to_pb(t) for t in logprobs])
+
+
+def _token_from_pb(msg: pb.TokenLogprob) -> TokenLogprob:
+    return TokenLogprob(msg.token, msg.logprob, tuple(_token_from_pb(t) for t in msg.top_logprobs))
+
+
+def _logprobs_from_pb(holder: Any) -> Logprobs:
+    if not holder.HasField("logprobs"):
+        return None
+    return tuple(_token_from_pb(t) for t in holder.logprobs.content)
 
 
 def decode_result(
@@ -346,4 +452,9 @@ def decode_result(
         worker_id=msg.worker_id,
         created_at=msg.created_at,
         endpoint="completions" if msg.endpoint == pb.ENDPOINT_COMPLETIONS else "chat",
+        logprobs=_logprobs_from_pb(msg),
+        extra_choices=tuple(
+            Choice(c.text, _FINISH_NAME.get(c.finish_reason, "stop"), _logprobs_from_pb(c))
+            for c in msg.extra_choices
+        ),
     )

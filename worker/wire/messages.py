@@ -29,6 +29,24 @@ class ChatMessage:
     content: str
 
 
+ResponseFormatType = Literal["text", "json_object", "json_schema"]
+
+
+@dataclass(frozen=True)
+class ResponseFormat:
+    """The shape the output must take (OpenAI's ``response_format``).
+
+    ``text``: free text (the default). ``json_object``: one JSON object. ``json_schema``:
+    JSON valid against ``schema`` (the JSON Schema as JSON text; ``name`` and ``strict``
+    as the request gave them).
+    """
+
+    type: ResponseFormatType = "text"
+    schema: str = ""
+    name: str = ""
+    strict: bool | None = None
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """Generation settings as requested. ``None`` means unset: the worker's configured
@@ -46,6 +64,10 @@ class SamplingParams:
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
+    n: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    response_format: ResponseFormat = ResponseFormat()
 
 
 @dataclass(frozen=True)
@@ -84,6 +106,28 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token: its text, its log probability, the likeliest tokens there."""
+
+    token: str
+    logprob: float
+    top: tuple[TokenLogprob, ...] = ()
+
+
+#: a choice's logprobs: one entry per generated token; None when the request asked for none
+Logprobs = tuple[TokenLogprob, ...] | None
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One completion of a request; a request with ``n`` > 1 has ``n`` of them."""
+
+    text: str
+    finish_reason: FinishReason = "stop"
+    logprobs: Logprobs = None
+
+
+@dataclass(frozen=True)
 class ErrorInfo:
     """An error's code, its message and the request field at fault ("" when none is)."""
 
@@ -103,7 +147,12 @@ class Timings:
 
 @dataclass(frozen=True)
 class InferenceResult:
-    """The one answer to a request: a completion (``status == "completed"``) or an error."""
+    """The one answer to a request: a completion (``status == "completed"``) or an error.
+
+    ``text``, ``finish_reason`` and ``logprobs`` are the first choice's; a request with
+    ``n`` > 1 has the others in ``extra_choices`` (:attr:`choices` lists them all).
+    ``usage.completion_tokens`` counts the tokens of every choice, as OpenAI does.
+    """
 
     custom_id: str
     batch_id: str = ""
@@ -120,6 +169,13 @@ class InferenceResult:
     worker_id: str = ""
     created_at: float = 0.0  # unix seconds, when the worker produced it
     endpoint: Endpoint = "chat"
+    logprobs: Logprobs = None  # the first choice's, like text and finish_reason
+    extra_choices: tuple[Choice, ...] = ()  # choices 1 .. n-1 when n > 1
+
+    @property
+    def choices(self) -> tuple[Choice, ...]:
+        """Every choice, the first one (``text``, ``finish_reason``, ``logprobs``) first."""
+        return (Choice(self.text, self.finish_reason, self.logprobs), *self.extra_choices)
 
     @property
     def result_id(self) -> str:

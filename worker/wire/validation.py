@@ -9,6 +9,7 @@ can be encoded.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterator
@@ -18,6 +19,8 @@ from worker.wire.messages import InferenceRequest
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 MAX_STOP = 16
+MAX_N = 128  # OpenAI's bound on n
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -57,6 +60,8 @@ def _texts(req: InferenceRequest) -> Iterator[tuple[str, str]]:
         yield f"messages[{i}].content", message.content
     for i, stop in enumerate(req.sampling.stop):
         yield f"stop[{i}]", stop
+    yield "response_format.json_schema.name", req.sampling.response_format.name
+    yield "response_format.json_schema.schema", req.sampling.response_format.schema
     for key, value in req.metadata.items():
         yield "a metadata key", key
         yield f"metadata[{key!r}]", value
@@ -73,8 +78,8 @@ def _check_text(req: InferenceRequest) -> None:
             )
 
 
-def _invalid(req: InferenceRequest, message: str) -> RequestError:
-    return RequestError(ErrorCode.INVALID_PARAMETER, message, req.custom_id)
+def _invalid(req: InferenceRequest, message: str, param: str | None = None) -> RequestError:
+    return RequestError(ErrorCode.INVALID_PARAMETER, message, req.custom_id, param=param)
 
 
 def _check_float(
@@ -91,12 +96,12 @@ def _check_float(
     too_low = value <= low if low_open else value < low
     if not math.isfinite(value) or too_low or value > high:
         bracket = "(" if low_open else "["
-        raise _invalid(req, f"{name} must be in {bracket}{low:g}, {high:g}], got {value!r}")
+        raise _invalid(req, f"{name} must be in {bracket}{low:g}, {high:g}], got {value!r}", name)
 
 
 def _check_int(req: InferenceRequest, name: str, value: int | None, low: int, high: int) -> None:
     if value is not None and not low <= value <= high:
-        raise _invalid(req, f"{name} must be between {low} and {high}, got {value}")
+        raise _invalid(req, f"{name} must be between {low} and {high}, got {value}", name)
 
 
 def _check_input(req: InferenceRequest) -> None:
@@ -120,6 +125,35 @@ def _check_input(req: InferenceRequest) -> None:
             )
     if any(not 0 <= token <= INT32_MAX for token in req.prompt_token_ids):
         raise _invalid(req, f"prompt_token_ids must be between 0 and {INT32_MAX}")
+
+
+def _check_output_options(req: InferenceRequest) -> None:
+    """n, logprobs and response_format: their ranges and the combinations OpenAI allows."""
+    s = req.sampling
+    _check_int(req, "n", s.n, 1, MAX_N)
+    _check_int(req, "top_logprobs", s.top_logprobs, 0, MAX_TOP_LOGPROBS)
+    if s.top_logprobs is not None and not s.logprobs:
+        raise _invalid(req, "top_logprobs needs logprobs: true", "top_logprobs")
+    fmt = s.response_format
+    if fmt.type == "text":
+        if fmt.schema or fmt.name or fmt.strict is not None:
+            raise _invalid(req, "response_format text takes no schema", "response_format")
+        return
+    if req.endpoint != "chat":
+        raise _invalid(req, "response_format is a chat completions field", "response_format")
+    if fmt.type == "json_object" and (fmt.schema or fmt.name):
+        raise _invalid(req, "response_format json_object takes no schema", "response_format")
+    if fmt.type == "json_schema":
+        if not fmt.name:
+            raise _invalid(req, "response_format json_schema needs a name", "response_format")
+        try:
+            schema = json.loads(fmt.schema)
+        except ValueError:
+            schema = None
+        if not isinstance(schema, dict):
+            raise _invalid(
+                req, "response_format json_schema.schema must be a JSON object", "response_format"
+            )
 
 
 def validate_request(req: InferenceRequest) -> None:
@@ -146,7 +180,8 @@ def validate_request(req: InferenceRequest) -> None:
     _check_float(req, "frequency_penalty", s.frequency_penalty, -2.0, 2.0)
     _check_float(req, "repetition_penalty", s.repetition_penalty, 0.0, math.inf, low_open=True)
     if len(s.stop) > MAX_STOP or any(not stop for stop in s.stop):
-        raise _invalid(req, f"stop must hold at most {MAX_STOP} non-empty strings")
+        raise _invalid(req, f"stop must hold at most {MAX_STOP} non-empty strings", "stop")
+    _check_output_options(req)
     _check_int(req, "batch_total", req.batch_total, 0, INT32_MAX)
     _check_int(req, "priority", req.priority, -INT32_MAX - 1, INT32_MAX)
     for name, when in (("deadline", req.deadline), ("submitted_at", req.submitted_at)):

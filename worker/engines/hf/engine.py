@@ -39,6 +39,8 @@ from worker.engines.base import (
     ResolvedSampling,
     StaticEngine,
 )
+from worker.engines.choices import expand
+from worker.engines.hf.logprobs import LogprobRecorder
 from worker.engines.hf.model import (
     ChatEncoder,
     configure_cpu_threads,
@@ -62,8 +64,14 @@ class HFEngine(StaticEngine):
 
     ``preloaded`` (model, tokenizer) serves an in-memory model instead of loading
     ``engine.model`` (tests, benchmarks with random weights). ``ignore_eos`` makes every
-    request generate exactly ``max_tokens`` tokens (benchmarks).
+    request generate exactly ``max_tokens`` tokens (benchmarks). A request with ``n``
+    choices runs as ``n`` rows of the batch (:mod:`worker.engines.choices`).
     """
+
+    honours = frozenset(
+        {"temperature", "top_p", "top_k", "seed", "stop", "n", "logprobs", "top_logprobs"}
+        | {"presence_penalty", "frequency_penalty", "repetition_penalty"}
+    )
 
     def __init__(
         self,
@@ -174,11 +182,12 @@ class HFEngine(StaticEngine):
                     )
                 )
 
-    def _generate(self, inputs: Sequence[EngineInput], complete: OnComplete) -> None:
+    def _generate(self, inputs: Sequence[EngineInput], on_complete: OnComplete) -> None:
         if self._pool is None or self._model is None:
             raise RuntimeError("HFEngine.load() has not been called")
+        rows_of_inputs, complete = expand(inputs, on_complete)  # n choices: n rows
         live: list[EngineInput] = []
-        for item in inputs:
+        for item in rows_of_inputs:
             if item.sampling.max_tokens > 0:
                 live.append(item)
             else:
@@ -195,8 +204,13 @@ class HFEngine(StaticEngine):
         prompts = [item.prompt_token_ids for item in live]
         input_ids, attention_mask, cache = self._layout(self._pool, prompts, rows)
         padded = input_ids.shape[1]
-        tracker = RowTracker(live, padded, self._eos, self.encoder.decode, complete)
         processors = LogitsProcessorList()
+        recorder = None
+        if any(row.logprobs for row in rows):
+            # first: it reads the model's own logits, before any row's penalties or sampling
+            recorder = LogprobRecorder(rows, lambda token: self.encoder.decode([token]))
+            processors.append(recorder)
+        tracker = RowTracker(live, padded, self._eos, self.encoder.decode, complete, recorder)
         if not all(plain_greedy(row) for row in rows):
             processors.append(RowSampler(rows, [len(p) for p in prompts], padded))
         max_new = max(row.max_tokens for row in rows)

@@ -25,6 +25,7 @@ import torch
 from transformers import LogitsProcessor, StoppingCriteria
 
 from worker.engines.base import Completion, EngineInput, OnComplete, ResolvedSampling
+from worker.engines.hf.logprobs import LogprobRecorder
 from worker.wire.messages import FinishReason
 
 
@@ -89,7 +90,8 @@ class RowTracker(StoppingCriteria):
     """Ends each row at EOS, a stop string or ``max_tokens`` and completes it right away.
 
     ``completion_tokens`` counts generated tokens through the EOS or the stop string's
-    last token; the text excludes both, as the OpenAI API does.
+    last token; the text excludes both, as the OpenAI API does. With a ``recorder``, rows
+    that asked for logprobs get one entry per generated token, the EOS excluded.
     """
 
     def __init__(
@@ -99,25 +101,30 @@ class RowTracker(StoppingCriteria):
         eos_ids: frozenset[int],
         decode: Callable[[Sequence[int]], str],
         on_complete: OnComplete,
+        recorder: LogprobRecorder | None = None,
     ) -> None:
         self._inputs = inputs
         self._padded = padded_length
         self._eos = eos_ids
         self._decode = decode
         self._on_complete = on_complete
+        self._recorder = recorder
         self.finished = [False] * len(inputs)
 
     def __call__(
         self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: object
     ) -> torch.Tensor:
         generated = input_ids.shape[1] - self._padded
+        if self._recorder is not None:
+            self._recorder.take(input_ids, self.finished)
         last = input_ids[:, -1].tolist()
         for i, item in enumerate(self._inputs):
             if self.finished[i]:
                 continue
             row = item.sampling
             if last[i] in self._eos:
-                self._finish(i, self._decode(self._tokens(input_ids, i)[:-1]), "stop", generated)
+                text = self._decode(self._tokens(input_ids, i)[:-1])
+                self._finish(i, text, "stop", generated, generated - 1)
             elif row.stop and (hits := self._stop_hits(input_ids, i, row.stop)) is not None:
                 self._finish(i, hits, "stop", generated)
             elif generated >= row.max_tokens:
@@ -141,9 +148,13 @@ class RowTracker(StoppingCriteria):
                 tokens = sequences[i, self._padded :].tolist()
                 self._finish(i, self._decode(tokens), "length", len(tokens))
 
-    def _finish(self, i: int, text: str, reason: FinishReason, generated: int) -> None:
+    def _finish(
+        self, i: int, text: str, reason: FinishReason, generated: int, kept: int | None = None
+    ) -> None:
+        """Complete row ``i``; ``kept`` tokens have logprobs (default: all ``generated``)."""
         self.finished[i] = True
         item = self._inputs[i]
+        recorder = self._recorder
         self._on_complete(
             Completion(
                 key=item.key,
@@ -151,5 +162,8 @@ class RowTracker(StoppingCriteria):
                 finish_reason=reason,
                 prompt_tokens=len(item.prompt_token_ids),
                 completion_tokens=generated,
+                logprobs=None
+                if recorder is None
+                else recorder.of(i, generated if kept is None else kept),
             )
         )

@@ -11,7 +11,7 @@ import pytest
 
 from worker.errors import ErrorCode, RequestError
 from worker.wire.batchline import parse_line, request_to_line
-from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
+from worker.wire.messages import ChatMessage, InferenceRequest, ResponseFormat, SamplingParams
 from worker.wire.validation import validate_request
 
 
@@ -52,7 +52,14 @@ def test_parses_a_chat_line_with_every_supported_field() -> None:
         "repetition_penalty": 1.1,
         "enable_thinking": False,
         "metadata": {"a": "body", "b": "body"},
-        "logprobs": True,  # unknown to batchpipe: ignored
+        "n": 3,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {}}},
+        "user": "u-1",
+        "stream": False,
+        "tools": [],
+        "tool_choice": "none",
     }
     line = make_line(body, metadata={"a": "top"}, priority=2, deadline=1.5, batch_id="b-1")
     req = parse_line(json.dumps(line).encode())
@@ -67,6 +74,10 @@ def test_parses_a_chat_line_with_every_supported_field() -> None:
         presence_penalty=0.5,
         frequency_penalty=-0.5,
         repetition_penalty=1.1,
+        n=3,
+        logprobs=True,
+        top_logprobs=2,
+        response_format=ResponseFormat("json_schema", "{}", "s"),
     )
     assert req.enable_thinking is False
     assert dict(req.metadata) == {"a": "top", "b": "body"}
@@ -137,7 +148,14 @@ def test_malformed_lines_are_4001_with_their_custom_id(line: Any) -> None:
     [
         make_line(method="GET"),
         make_line(url="/v1/embeddings"),
-        make_line({"n": 2}),
+        make_line({"n": 0}),
+        make_line({"n": 129}),
+        make_line({"top_logprobs": 2}),
+        make_line({"logprobs": True, "top_logprobs": 21}),
+        make_line({"stream": True}),
+        make_line({"tools": [{"type": "function"}]}),
+        make_line({"response_format": {"type": "xml"}}),
+        {**make_line(url="/v1/completions"), "body": {"prompt": "x", "logprobs": 6}},
         make_line({"max_tokens": 8, "max_completion_tokens": 16}),
         make_line({"messages": []}),
         make_line({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),

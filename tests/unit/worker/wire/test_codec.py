@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import tracemalloc
+from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
@@ -30,11 +31,14 @@ from worker.wire.codec import (
 from worker.wire.compression import ZSTD_MAGIC, inflate
 from worker.wire.messages import (
     ChatMessage,
+    Choice,
     ErrorInfo,
     InferenceRequest,
     InferenceResult,
+    ResponseFormat,
     SamplingParams,
     Timings,
+    TokenLogprob,
     Usage,
 )
 from worker.wire.validation import INT32_MAX, INT64_MAX, INT64_MIN, MAX_STOP, ROLES
@@ -102,6 +106,13 @@ samplings = st.builds(
     presence_penalty=optional(finite(-2, 2)),
     frequency_penalty=optional(finite(-2, 2)),
     repetition_penalty=optional(finite(0, 10, exclude_min=True)),
+    n=optional(st.integers(1, 128)),
+    # the pairs both endpoints can carry (completions' logprobs is the count)
+    logprobs=st.just(None),
+).flatmap(
+    lambda s: st.sampled_from([None, *range(6)]).map(
+        lambda k: s if k is None else replace(s, logprobs=True, top_logprobs=k)
+    )
 )
 messages = st.lists(
     st.builds(ChatMessage, st.sampled_from(sorted(ROLES)), texts), min_size=1, max_size=4
@@ -214,6 +225,59 @@ def test_header_names_are_case_insensitive_and_values_may_be_text() -> None:
 def test_limits_come_from_the_configuration() -> None:
     limits = CodecLimits.from_config(LimitsConfig(max_message_bytes=10, max_decompressed_bytes=20))
     assert limits == CodecLimits(max_message_bytes=10, max_decompressed_bytes=20)
+
+
+def test_output_options_round_trip_through_protobuf_and_json() -> None:
+    sampling = SamplingParams(
+        n=3,
+        logprobs=True,
+        top_logprobs=20,
+        response_format=ResponseFormat("json_schema", '{"type": "object"}', "thing", True),
+    )
+    req = make_request(sampling=sampling)
+    assert decode_request(*encode_request(req), LIMITS) == req
+    line = json.dumps(request_to_line(req)).encode()
+    assert decode_request(line, JSON_HEADERS, LIMITS) == req
+    chat_flag = make_request(sampling=SamplingParams(logprobs=False))
+    assert decode_request(*encode_request(chat_flag), LIMITS) == chat_flag
+
+
+def test_choices_and_logprobs_round_trip_in_results() -> None:
+    token = TokenLogprob("a", -0.5, (TokenLogprob("a", -0.5), TokenLogprob("b", -1.5)))
+    res = InferenceResult(
+        "r",
+        text="a",
+        logprobs=(token,),
+        extra_choices=(Choice("b", "length", ()), Choice("c", "stop", None)),
+    )
+    assert decode_result(*encode_result(res)) == res
+    assert [c.text for c in res.choices] == ["a", "b", "c"]
+
+
+def protobuf_with(extra: bytes, custom_id: str) -> bytes:
+    """The zstd record of a protobuf request for ``custom_id`` with ``extra`` bytes appended
+    (protobuf merges a repeated embedded message field into the first)."""
+    value, _ = encode_request(InferenceRequest(custom_id, prompt="x"))
+    return zstandard.ZstdCompressor().compress(inflate(value, 1 << 20) + extra)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (``payload`` under 128 bytes)."""
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def test_unknown_protobuf_fields_are_4002_naming_them() -> None:
+    """A newer producer's field this worker does not know is refused, never ignored."""
+    unknown = bytes([0xA0, 0x06, 0x01])  # field 100, varint 1
+    for extra, param in ((unknown, "100"), (field(8, unknown), "sampling.100")):
+        error = expect_error(ErrorCode.INVALID_PARAMETER, protobuf_with(extra, "u-1"))
+        assert (error.custom_id, error.param) == ("u-1", param)
+
+
+def test_unknown_response_format_type_in_protobuf_is_4002() -> None:
+    xml = field(8, field(13, field(1, b"xml")))  # sampling.response_format.type
+    error = expect_error(ErrorCode.INVALID_PARAMETER, protobuf_with(xml, "u-2"))
+    assert (error.custom_id, error.param) == ("u-2", "response_format")
 
 
 # --- bad records ------------------------------------------------------------------------

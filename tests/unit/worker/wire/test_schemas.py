@@ -40,7 +40,7 @@ GOOD_LINES = [
     CHAT,
     {**CHAT, "metadata": {"k": "v"}, "priority": 1, "deadline": 1.5, "batch_id": "b"},
     {**CHAT, "body": {**CHAT["body"], "stop": ["\n"], "temperature": 0, "top_p": 1, "n": 1}},
-    {**CHAT, "body": {**CHAT["body"], "some_future_field": {"x": 1}, "stop": None}},
+    {**CHAT, "body": {**CHAT["body"], "stream": False, "stop": None, "user": "u"}},
     {**CHAT, "url": "/v1/completions", "body": {"prompt": "Once"}},
     {**CHAT, "url": "/v1/completions", "body": {"prompt": [1, 2, 3]}},
 ]
@@ -54,7 +54,10 @@ BAD_LINES = [
     {**CHAT, "body": {**CHAT["body"], "temperature": -1}},
     {**CHAT, "body": {**CHAT["body"], "top_p": 0}},
     {**CHAT, "body": {**CHAT["body"], "max_tokens": 0}},
-    {**CHAT, "body": {**CHAT["body"], "n": 3}},
+    {**CHAT, "body": {**CHAT["body"], "n": 0}},
+    {**CHAT, "body": {**CHAT["body"], "stream": True}},
+    {**CHAT, "body": {**CHAT["body"], "some_future_field": {"x": 1}}},
+    {**CHAT, "unknown_top_level_key": 1},
     {**CHAT, "metadata": {"k": 1}},
     {**CHAT, "url": "/v1/completions", "body": {"prompt": ["a"]}},
 ]
