@@ -32,6 +32,7 @@ from worker.engine_stage import EngineStage
 from worker.engines.base import Engine, StaticEngine
 from worker.engines.factory import create_engine
 from worker.errors import ErrorCode, ModelLoadError
+from worker.held import HeldRecords
 from worker.intake import DeadLetter, Intake
 from worker.jobs import Identity, Job, Source
 from worker.kafka.consumer import KafkaConsumer, Record
@@ -96,6 +97,7 @@ class Worker:
         )
         self._next_adapt = 0.0
         self._paused = False
+        self._held = HeldRecords()
         self._full_since: float | None = None
         self._stop = threading.Event()
         self._summary = SummaryLogger(log)
@@ -195,7 +197,7 @@ class Worker:
         self.engine_stage.dispatch(now, flush=draining)
         self._publish_and_commit(now)
         self._adapt(now)
-        self._flow(now)
+        self._flow(now, draining)
         self._summary.maybe_log(now, self.metrics.snapshot())
 
     def _drain(self) -> None:
@@ -226,30 +228,29 @@ class Worker:
     # -- the verbs ---------------------------------------------------------------------
 
     def _poll(self, draining: bool) -> list[Record]:
+        """Records to admit now: held ones first, then new ones, never more than the room.
+
+        With no room (full, or draining) ``poll()`` still runs while the partitions are
+        paused: it serves rebalances and callbacks. A record it returns anyway is held,
+        never dropped (:mod:`worker.held`).
+        """
         assert self._consumer is not None
         room = 0 if draining else min(self.admission.room, _MAX_POLL_BATCH)
-        if self.engine_stage.busy:
-            timeout = 0.005  # notice finished requests quickly
+        records = self._held.take(room)
+        room -= len(records)
+        if records or self.engine_stage.busy:
+            timeout = 0.0 if records else 0.005  # notice finished requests quickly
         else:
             wake = self.batcher.wake_at()
             timeout = 0.1 if wake is None else min(0.1, max(0.0, wake - time.monotonic()))
-        if room <= 0:
-            if self._paused:
-                self._consumer.poll(timeout)  # serves rebalances and callbacks, no records
-            else:
-                time.sleep(min(timeout, 0.002))  # full for a moment: let the engine free room
-            return []
-        messages = self._consumer.consume(num_messages=room, timeout=timeout)
-        good = []
-        for m in messages:
-            error = m.error()
-            if error is None:
-                good.append(m)
-            elif error.code() != KafkaError._PARTITION_EOF:
-                if error.fatal():
-                    raise FatalKafkaError(f"consumer: {error}")
-                log.warning("consumer error: %s", error)
-        return good
+        if room > 0:
+            records += _checked(self._consumer.consume(num_messages=room, timeout=timeout))
+        elif self._paused:
+            polled = self._consumer.poll(timeout)
+            self._held.hold(_checked([] if polled is None else [polled]))
+        elif not records:
+            time.sleep(min(timeout, 0.002))  # full for a moment: let the engine free room
+        return records
 
     def _decode_admit(self, message: Record, now: float) -> None:
         topic, partition, offset = message.topic(), message.partition(), message.offset()
@@ -307,15 +308,18 @@ class Worker:
             self.batcher.max_batch_size = self.adaptive.observe(utilization, now, queued)
         self.metrics.set_adaptive_size(self.batcher.max_batch_size)
 
-    def _flow(self, now: float) -> None:
+    def _flow(self, now: float, draining: bool) -> None:
         """Backpressure: no new records while ``prefetch_count`` requests are open.
 
         A short stall just skips polling. Pausing the partitions (so that polling, which
         serves rebalances and callbacks, returns no records) waits until the worker has
         been full for ``_PAUSE_AFTER_S``: librdkafka drops a paused partition's prefetched
         records and fetches them again on resume, a broker round trip per pause that a
-        fast engine, full for milliseconds at a time, would pay on every batch.
+        fast engine, full for milliseconds at a time, would pay on every batch. A draining
+        worker stays paused, so that it keeps polling: rebalances are served until it exits.
         """
+        if draining:
+            return
         if self.admission.has_room():
             self._full_since = None
         elif self._full_since is None:
@@ -360,6 +364,7 @@ class Worker:
         """Forget in-flight requests of ``partitions``: their new owner answers them."""
         self.batcher.drop_partitions(partitions)
         self.ledger.forget(partitions)
+        self._held.release(partitions)
 
     def _rewind(self, partitions: Sequence[Partition]) -> None:
         """After an abort: forget those partitions' work since their last commit, re-read it."""
@@ -376,6 +381,20 @@ class Worker:
             self._consumer.resume(assignment)
         self._paused = pause
         self.metrics.set_paused(len(assignment) if pause else 0)
+
+
+def _checked(messages: Sequence[Record]) -> list[Record]:
+    """The records among ``messages``; a fatal consumer error raises, others are logged."""
+    good = []
+    for m in messages:
+        error = m.error()
+        if error is None:
+            good.append(m)
+        elif error.code() != KafkaError._PARTITION_EOF:
+            if error.fatal():
+                raise FatalKafkaError(f"consumer: {error}")
+            log.warning("consumer error: %s", error)
+    return good
 
 
 def _names(partitions: Sequence[TopicPartition]) -> str:

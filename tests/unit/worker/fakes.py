@@ -8,7 +8,8 @@
   assigned partition is read from its committed offset (else from the start,
   ``auto.offset.reset: earliest``), so records not committed before a revoke are read
   again. Pause is a flag of the partition, not of the assignment: it survives
-  unassign and assign, as in librdkafka.
+  unassign and assign, as in librdkafka. ``returns_while_paused`` makes ``poll`` return a
+  paused partition's records anyway, as a consumer may with records fetched before a pause.
 * :class:`FakePublisher` — the :class:`Publisher` contract in memory. An answer counts as
   given when it is sent (``on_answered`` runs inside ``send``), as inside a transaction;
   commits write the tracker's offsets to the broker through the consumer. Like the
@@ -133,6 +134,9 @@ class FakeConsumer:
         self._positions: dict[Partition, int] = {}  # the assignment: next offset to read
         self._paused: set[Partition] = set()
         self.closed = False
+        self.returns_while_paused = False
+        self.calls = 0  # poll/consume calls that returned
+        self.delivered = 0  # records returned by poll/consume
 
     # -- what the test does ------------------------------------------------------------
 
@@ -163,23 +167,10 @@ class FakeConsumer:
         self._callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost or on_revoke}
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
-        self._check_open()
-        if self._rebalances:
-            self._serve(*self._rebalances.popleft())
-        out: list[FakeMessage] = []
-        for partition in list(self._positions):
-            if partition in self._paused or len(out) >= num_messages:
-                continue
-            start = self._positions[partition]
-            taken = self._broker.logs[partition][start : start + num_messages - len(out)]
-            self._positions[partition] = start + len(taken)
-            out.extend(taken)
-        if not out and timeout != 0:
-            time.sleep(_IDLE_S)
-        return out
+        return self._read(num_messages, timeout, paused_too=False)
 
     def poll(self, timeout: float = -1) -> FakeMessage | None:
-        messages = self.consume(1, timeout)
+        messages = self._read(1, timeout, paused_too=self.returns_while_paused)
         return messages[0] if messages else None
 
     def pause(self, partitions: list[TopicPartition]) -> None:
@@ -223,6 +214,25 @@ class FakeConsumer:
         if self._positions:
             self._serve("revoke", list(self._positions))
         self.closed = True
+
+    def _read(self, num_messages: int, timeout: float, paused_too: bool) -> list[FakeMessage]:
+        """Serve one queued rebalance, then read up to ``num_messages`` records."""
+        self._check_open()
+        if self._rebalances:
+            self._serve(*self._rebalances.popleft())
+        out: list[FakeMessage] = []
+        for partition in list(self._positions):
+            if (partition in self._paused and not paused_too) or len(out) >= num_messages:
+                continue
+            start = self._positions[partition]
+            taken = self._broker.logs[partition][start : start + num_messages - len(out)]
+            self._positions[partition] = start + len(taken)
+            out.extend(taken)
+        if not out and timeout != 0:
+            time.sleep(_IDLE_S)
+        self.delivered += len(out)
+        self.calls += 1
+        return out
 
     def _serve(self, kind: RebalanceKind, partitions: list[Partition]) -> None:
         callback = self._callbacks.get(kind)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 
 from worker.service import EXIT_OK, Worker
 
@@ -18,6 +20,14 @@ def fill(r: Rig, per_partition: int) -> set[str]:
             r.broker.submit(p, f"p{p}-{i}", f"hello {p} {i}")
             ids.add(f"p{p}-{i}")
     return ids
+
+
+def wait_for(done: Callable[[], bool], what: str) -> None:
+    """Wait (bounded by ``WAIT_S``) for a condition another thread makes true."""
+    deadline = time.monotonic() + WAIT_S
+    while not done():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.001)
 
 
 def paused_gauge(r: Rig) -> float | None:
@@ -54,6 +64,43 @@ def test_partitions_paused_revoked_and_assigned_again_are_read_again() -> None:
         r.step_until(lambda: r.settled(ids), "every record answered and committed")
         assert r.answers() == Counter(dict.fromkeys(ids, 1))
         assert paused_gauge(r) == 0
+
+
+def test_records_polled_while_full_are_held_and_each_answered_once() -> None:
+    with rig(loop_config(prefetch_count=4, max_batch_size=2), GatedEngine()) as r:
+        r.consumer.returns_while_paused = True
+        ids = fill(r, per_partition=6)
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: r.consumer.paused() == {P0, P1}, "the partitions paused")
+        # polling a paused consumer (to serve rebalances) returns records all the same
+        r.step_until(lambda: r.consumer.delivered == len(ids), "every record read")
+        assert len(r.worker.ledger) == 4
+
+        r.engine.open()
+        r.step_until(lambda: r.settled(ids), "every record answered and committed")
+        assert r.answers() == Counter(dict.fromkeys(ids, 1))
+        assert r.worker.admission.peak == 4
+
+
+def test_a_draining_worker_serves_rebalances_while_its_batch_finishes() -> None:
+    with rig(loop_config(max_batch_size=2), GatedEngine()) as r:
+        fill(r, per_partition=1)
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(r.engine.entered.is_set, "a batch on the engine")
+        calls = r.consumer.calls
+        drain = threading.Thread(target=r.worker._drain, daemon=True)
+        drain.start()
+        try:
+            wait_for(lambda: r.consumer.calls > calls, "the drain to poll")
+            r.consumer.rebalance("revoke", [P1])  # another member joins: P1 moves
+            wait_for(lambda: not r.consumer.rebalancing, "the revoke served while draining")
+        finally:
+            r.engine.open()
+            drain.join(WAIT_S)
+        assert not drain.is_alive(), "the drain did not end"
+        # P1's record is its new owner's to answer; P0's is answered and committed
+        assert r.answers() == Counter({"p0-0": 1})
+        assert r.broker.committed == {P0: 1}
 
 
 def test_sigterm_drains_in_flight_work_commits_it_and_exits_0() -> None:

@@ -1,0 +1,52 @@
+"""Records the consumer returned while the worker had no room for them.
+
+A record that ``poll()``/``consume()`` hands over has moved the consumer's position past
+it: dropped, it would never be read again by this member, and once a later offset of its
+partition is answered the commit would pass it — skipped for good. So nothing the
+consumer returns is dropped. A record that arrives while the worker is full or
+draining (``poll()`` there serves rebalances and callbacks, and a consumer may still
+return a record fetched before a pause) is held here, in the order it was read, and fed
+to admission before anything newer as room frees.
+
+A held record is not opened in the :class:`~worker.ledger.Ledger`, so no commit can pass
+it: the group's committed offset stays at or below it until it is admitted and answered.
+Records of partitions revoked, lost or rewound are let go: the partition is read again
+from its committed offset, here or by its new owner.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Collection, Iterable
+
+from batcher import Partition
+from worker.kafka.consumer import Record
+
+
+class HeldRecords:
+    """A FIFO of consumed records not admitted yet."""
+
+    def __init__(self) -> None:
+        self._records: deque[Record] = deque()
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def hold(self, records: Iterable[Record]) -> None:
+        """Keep ``records`` (in read order) for :meth:`take`."""
+        self._records.extend(records)
+
+    def take(self, room: int) -> list[Record]:
+        """The oldest ``room`` held records, no longer held."""
+        taken: list[Record] = []
+        while self._records and len(taken) < room:
+            taken.append(self._records.popleft())
+        return taken
+
+    def release(self, partitions: Collection[Partition]) -> int:
+        """Let go of the records of ``partitions``; returns how many there were."""
+        moved = set(partitions)
+        kept = [r for r in self._records if (r.topic(), r.partition()) not in moved]
+        released = len(self._records) - len(kept)
+        self._records = deque(kept)
+        return released
