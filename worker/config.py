@@ -98,6 +98,7 @@ class MetricsConfig:
 class WorkerConfig:
     worker_id: str = ""  # stable per instance (transactional.id); default: hostname-pid
     drain_timeout_s: float = 30.0
+    liveness_timeout_s: float = 60.0  # /healthz fails once the loop is stuck this long
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
 

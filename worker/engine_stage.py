@@ -3,8 +3,9 @@
 At most one batch is in the engine at a time. The next one is formed only when the
 engine is free, so under load it takes everything that queued meanwhile (fuller
 batches), while polling and decoding go on in the worker loop. A batch that outlives
-``engine.engine_timeout_s`` fails with 5000 and the worker goes not ready: a hung
-engine thread cannot be stopped from Python, only replaced by restarting the process.
+``engine.engine_timeout_s`` fails with 5000 and wedges the worker (not live, not ready):
+a hung engine thread cannot be stopped from Python, only replaced by restarting the
+process, so the worker leaves the group and exits (:meth:`worker.service.Worker.run`).
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ class EngineStage:
         return self._running is not None
 
     def stop(self) -> None:
-        self._runner.stop()
+        # a hung engine thread never ends: waiting for it would only delay the exit
+        self._runner.stop(timeout_s=0.0 if self.wedged else 5.0)
 
     def dispatch(self, now: float, flush: bool) -> None:
         """Hand the next due batch to the engine, if the engine is free."""
@@ -141,7 +143,8 @@ class EngineStage:
         self._running = None
         reason = f"engine call exceeded engine_timeout_s={timeout_s:g}"
         self._health.set_model_loaded(False, reason)
-        log.error("%s; failing %d requests and going not ready", reason, running.batch.size)
+        self._health.wedge(reason)
+        log.error("%s; failing %d requests, leaving the group", reason, running.batch.size)
         for item in running.batch.items:
             for answered in self._batcher.complete(item.key):
                 self._outbox.failure(answered.payload, ErrorCode.ENGINE_FAILED, reason)

@@ -47,7 +47,7 @@ from worker.wire.codec import CodecLimits
 
 log = logging.getLogger("batchpipe.worker")
 
-EXIT_OK, EXIT_FATAL, EXIT_MODEL_LOAD = 0, 1, 3
+EXIT_OK, EXIT_FATAL, EXIT_MODEL_LOAD, EXIT_WEDGED = 0, 1, 3, 4
 _MAX_POLL_BATCH = 500
 _PAUSE_AFTER_S = 0.5
 
@@ -70,7 +70,7 @@ class Worker:
             version=__version__,
             prefetch_limit=b.prefetch_count,
         )
-        self.health = Health(metrics=self.metrics)
+        self.health = Health(config.worker.liveness_timeout_s, metrics=self.metrics)
         self.server = MetricsServer(config.metrics, self.metrics, self.health)
         self.batcher: DynamicBatcher[Job] = DynamicBatcher(
             BatchLimits(
@@ -136,8 +136,7 @@ class Worker:
         self.health.set_model_loaded(True)
         try:
             self._start_kafka()
-            self._loop()
-            return EXIT_OK
+            return self._loop()
         except FatalKafkaError as exc:
             log.error("fatal Kafka error, exiting: %s", exc)
             return EXIT_FATAL
@@ -182,10 +181,21 @@ class Worker:
             k.delivery,
         )
 
-    def _loop(self) -> None:
+    def _loop(self) -> int:
+        """Serve until stopped (drain, exit 0) or wedged (exit :data:`EXIT_WEDGED`).
+
+        A wedged worker (its engine hung past ``engine_timeout_s``) can run nothing more,
+        and its engine thread cannot be stopped: it leaves at once — the shutdown commits
+        what is answered and leaves the group, so its partitions go to a healthy member —
+        and exits non-zero, for the orchestrator to start a fresh process.
+        """
         while not self._stop.is_set():
             self._step(draining=False)
+            if self.engine_stage.wedged:
+                log.error("worker wedged: leaving the group and exiting %d", EXIT_WEDGED)
+                return EXIT_WEDGED
         self._drain()
+        return EXIT_OK
 
     def _step(self, draining: bool) -> None:
         now = time.monotonic()

@@ -200,6 +200,22 @@ def test_probes_and_service_use_the_metrics_port(
 
 
 @pytest.mark.parametrize("overrides", [None, _ci_values()], ids=["default", "gpu-keda"])
+def test_startup_probe_covers_model_loading_and_liveness_follows_the_worker_setting(
+    chart: helm.Chart, overrides: dict[str, Any] | None, tmp_path: Path
+) -> None:
+    docs = _render(chart, overrides)
+    container = _container(docs)
+    startup, liveness = container["startupProbe"], container["livenessProbe"]
+    # /healthz answers 503 until the worker loop first runs: loading the model must fit in
+    # the startup probe's budget, and liveness must not start before the startup probe passed
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600
+    assert "initialDelaySeconds" not in liveness
+    config = _load_worker_config(docs, tmp_path)
+    values = chart.merge_values(overrides)["config"]["worker"]
+    assert config.worker.liveness_timeout_s == values["liveness_timeout_s"] == 60
+
+
+@pytest.mark.parametrize("overrides", [None, _ci_values()], ids=["default", "gpu-keda"])
 def test_metrics_listen_on_every_interface_of_the_pod(
     chart: helm.Chart, overrides: dict[str, Any] | None, tmp_path: Path
 ) -> None:

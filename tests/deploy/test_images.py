@@ -167,9 +167,9 @@ class _Clock:
 def health_server() -> Iterator[tuple[MetricsServer, _Clock]]:
     clock = _Clock()
     metrics = WorkerMetrics(model="echo", engine="echo", version="0", prefetch_limit=8)
-    server = MetricsServer(
-        MetricsConfig(host="127.0.0.1", port=0), metrics, Health(stale_after_s=5.0, clock=clock)
-    )
+    health = Health(liveness_timeout_s=5.0, clock=clock)
+    health.beat()  # the worker loop ran once
+    server = MetricsServer(MetricsConfig(host="127.0.0.1", port=0), metrics, health)
     server.start()
     try:
         yield server, clock

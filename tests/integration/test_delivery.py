@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -22,6 +23,7 @@ from worker.engines.base import EngineInput, EngineOutOfMemory, OnComplete
 from worker.engines.echo import EchoEngine
 from worker.kafka import clients
 from worker.kafka.publisher import FatalKafkaError, TransactionalPublisher
+from worker.service import EXIT_WEDGED, Worker
 from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
 
 pytestmark = pytest.mark.integration
@@ -149,16 +151,29 @@ class HangingEngine(EchoEngine):
         super().run_batch(inputs, on_complete)
 
 
-def test_a_hung_engine_fails_its_batch_and_the_worker_goes_not_ready(
+def test_a_hung_engine_wedges_the_worker_it_exits_4_and_the_next_owner_answers(
     kafka_config: Config,
 ) -> None:
     config = echo(kafka_config, engine_timeout_s=1.0)
-    publish(config, requests(1, text="hang"))
-    with running_worker(config, HangingEngine()) as worker:
-        (result,) = read_results(config, 1)
-        ready = worker.health.readiness()
-    assert result.error is not None and result.error.code == 5000
-    assert not ready.ready and "model" in " ".join(ready.failing)
+    # one request per batch: the hung one goes alone, the others wait behind it
+    config = replace(config, batching=replace(config.batching, max_batch_size=1))
+    ids = {f"r{i}" for i in range(4)}
+    publish(config, requests(1, text="hang") + requests(4)[1:])
+
+    hung = Worker(replace(config, metrics=replace(config.metrics, port=0)), HangingEngine())
+    exit_codes: list[int] = []
+    thread = threading.Thread(target=lambda: exit_codes.append(hung.run()), daemon=True)
+    thread.start()
+    thread.join(60)
+    assert exit_codes == [EXIT_WEDGED]  # left the group, for the orchestrator to restart it
+    liveness = hung.health.liveness()
+    assert not liveness.alive and "engine_timeout_s=1" in liveness.reason
+
+    with running_worker(config):  # the restarted process, or any other member
+        results = read_results(config, len(ids))
+    outcomes = {r.custom_id: r.error.code if r.error else r.status for r in results}
+    assert len(results) == len(ids)  # each answered once
+    assert outcomes == {"r0": 5000, "r1": "completed", "r2": "completed", "r3": "completed"}
 
 
 def test_a_model_that_fails_to_load_exits_with_code_3(kafka_config: Config) -> None:

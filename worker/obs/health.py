@@ -1,11 +1,14 @@
 """Liveness, readiness and the metrics endpoint of a worker, on one HTTP port.
 
 ``/metrics``  the worker's Prometheus registry (text format, or OpenMetrics when asked).
-``/healthz``  200 while the worker loop beats; 503 once the last beat is older than
-              ``stale_after_s`` (a hung loop: restart the process).
-``/readyz``   200 only when the model is loaded, the consumer is assigned or waiting for
-              an assignment, and the producer is healthy; otherwise 503. Both answer a
-              JSON body naming every check and, when failing, why.
+``/healthz``  liveness: 200 while the worker loop makes progress. 503 before the loop
+              first ran (the model is loading: a startup probe covers that), once the
+              last beat is older than ``worker.liveness_timeout_s`` (a stuck loop), and
+              from the moment the worker is wedged (:meth:`Health.wedge`: a hung engine
+              cannot be stopped from Python) — restart the process.
+``/readyz``   readiness: 200 only when the model is loaded, the consumer is assigned or
+              waiting for an assignment, and the producer is healthy; otherwise 503.
+Both answer a JSON body saying why they fail.
 
 Standard library only: a :class:`~http.server.ThreadingHTTPServer` in a daemon thread.
 """
@@ -41,6 +44,13 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Liveness:
+    alive: bool
+    reason: str
+    heartbeat_age_s: float | None  # None before the loop first ran
+
+
+@dataclass(frozen=True)
 class Readiness:
     checks: Mapping[str, Check]
 
@@ -56,23 +66,23 @@ class Readiness:
 class Health:
     """Thread-safe health state the worker sets and the HTTP server reads.
 
-    The heartbeat starts at construction, so a model that loads for longer than
-    ``stale_after_s`` needs ``beat()`` calls from the loading code (or a startup probe
-    with a longer budget). Each change of readiness is mirrored to ``batchpipe_worker_ready``
-    when ``metrics`` is given.
+    Liveness starts failing and turns good at the loop's first :meth:`beat`, so loading a
+    model never counts against ``liveness_timeout_s``. Each change of readiness is mirrored
+    to ``batchpipe_worker_ready`` when ``metrics`` is given.
     """
 
     def __init__(
         self,
-        stale_after_s: float = 60.0,
+        liveness_timeout_s: float = 60.0,
         metrics: WorkerMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.stale_after_s = stale_after_s
+        self.liveness_timeout_s = liveness_timeout_s
         self._metrics = metrics
         self._clock = clock
         self._lock = threading.Lock()
-        self._last_beat = clock()
+        self._last_beat: float | None = None
+        self._wedged = ""
         self._checks = {name: Check(False, f"{name} not reported yet") for name in CHECKS}
         if metrics is not None:
             metrics.set_ready(False)
@@ -83,6 +93,28 @@ class Health:
         with self._lock:
             self._last_beat = now
 
+    def wedge(self, reason: str) -> None:
+        """The worker can make no more progress (``reason`` says why): liveness fails from
+        now on, whatever the loop does; only a new process recovers."""
+        with self._lock:
+            self._wedged = reason
+
+    def liveness(self) -> Liveness:
+        with self._lock:
+            last_beat, wedged = self._last_beat, self._wedged
+        if last_beat is None:
+            return Liveness(False, "the worker loop has not started", None)
+        age = self._clock() - last_beat
+        if wedged:
+            return Liveness(False, f"wedged: {wedged}", age)
+        if age > self.liveness_timeout_s:
+            reason = (
+                f"the worker loop made no progress for {age:.1f} s "
+                f"(worker.liveness_timeout_s={self.liveness_timeout_s:g})"
+            )
+            return Liveness(False, reason, age)
+        return Liveness(True, "", age)
+
     def set_model_loaded(self, ok: bool, reason: str = "") -> None:
         self._set("model", ok, reason)
 
@@ -92,10 +124,6 @@ class Health:
 
     def set_producer_ok(self, ok: bool, reason: str = "") -> None:
         self._set("producer", ok, reason)
-
-    def heartbeat_age(self) -> float:
-        with self._lock:
-            return self._clock() - self._last_beat
 
     def readiness(self) -> Readiness:
         with self._lock:
@@ -174,10 +202,14 @@ class _Handler(BaseHTTPRequestHandler):
             encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
             self._send(HTTPStatus.OK, encoder(self.metrics.registry), content_type)
         elif path == "/healthz":
-            age = self.health.heartbeat_age()
-            alive = age <= self.health.stale_after_s
-            body: dict[str, Any] = {"alive": alive, "heartbeat_age_s": round(age, 3)}
-            self._json(HTTPStatus.OK if alive else HTTPStatus.SERVICE_UNAVAILABLE, body)
+            live = self.health.liveness()
+            age = None if live.heartbeat_age_s is None else round(live.heartbeat_age_s, 3)
+            body: dict[str, Any] = {
+                "alive": live.alive,
+                "reason": live.reason,
+                "heartbeat_age_s": age,
+            }
+            self._json(HTTPStatus.OK if live.alive else HTTPStatus.SERVICE_UNAVAILABLE, body)
         elif path == "/readyz":
             readiness = self.health.readiness()
             checks = {n: {"ok": c.ok, "reason": c.reason} for n, c in readiness.checks.items()}

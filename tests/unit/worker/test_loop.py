@@ -6,14 +6,18 @@ gated engine keeps a batch "on the engine" until the test opens it.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
 from worker.errors import ErrorCode
+from worker.service import EXIT_OK, EXIT_WEDGED, Worker
 
-from .fakes import GatedEngine, RebalanceKind
-from .rig import P0, P1, Rig, loop_config, rig
+from .fakes import FakeBroker, FakeClients, GatedEngine, RebalanceKind
+from .rig import P0, P1, RESULTS, TOPIC, WAIT_S, Rig, loop_config, rig
 
 
 def submit(r: Rig, partitions: int = 2, per_partition: int = 2) -> set[str]:
@@ -84,25 +88,53 @@ def test_split_and_retry_fails_only_the_poison_request() -> None:
         assert [len(b) for b in r.engine.batches if "poison" in b] == [4, 2, 1]
 
 
-def test_an_engine_hang_fails_its_batch_and_the_worker_goes_not_ready() -> None:
-    with rig(loop_config(engine_timeout_s=0.2), GatedEngine()) as r:
-        ids = submit(r, partitions=1)
-        r.consumer.rebalance("assign", [P0])
-        r.step_until(r.engine.entered.is_set, "a batch on the engine")
-        assert r.worker.health.readiness().ready
+def test_a_hung_engine_wedges_the_worker_which_leaves_and_the_next_owner_answers() -> None:
+    config = loop_config(engine_timeout_s=0.2, max_batch_size=2)
+    broker = FakeBroker(TOPIC, 1)
+    for i in range(4):
+        broker.submit(0, f"r{i}", f"hello {i}")
+    ids = {f"r{i}" for i in range(4)}
+    hung = FakeClients(config.kafka, broker)
+    hung.fake_consumer.rebalance("assign", [P0])
+    engine = GatedEngine()  # never opened while the worker runs: the engine hangs
+    worker = Worker(config, engine, hung)
+    try:
+        assert run(worker) == EXIT_WEDGED
+        liveness = worker.health.liveness()
+        assert not liveness.alive and "engine_timeout_s=0.2" in liveness.reason
+        assert worker.health.readiness().failing == ("model",)
+    finally:
+        engine.open()
+    assert hung.fake_consumer.closed  # left the group: its partitions go to another member
+    # the hung batch is answered 5000 and committed; what waited behind it is not answered
+    (batch,) = engine.batches
+    results = broker.results(RESULTS)
+    assert {(r.custom_id, r.error.code if r.error else None) for r in results} == {
+        (f"r{prompt.split()[1]}", ErrorCode.ENGINE_FAILED) for prompt in batch
+    }
+    assert broker.committed == {P0: 2}
 
-        r.step_until(lambda: set(r.answers()) == ids, "the hung batch answered")
-        assert {(res.status, res.error.code if res.error else None) for res in r.results()} == {
-            ("failed", ErrorCode.ENGINE_FAILED)
-        }
-        readiness = r.worker.health.readiness()
-        assert readiness.failing == ("model",)
-        assert "engine_timeout_s" in readiness.checks["model"].reason
+    # the next owner (a fresh process) answers the rest, each request once in all
+    nxt = FakeClients(config.kafka, broker)
+    nxt.fake_consumer.rebalance("assign", [P0])
+    successor = Worker(config, GatedEngine(gated=False), nxt)
+    exit_code = run(successor, until=lambda: set(broker.answers(RESULTS)) == ids)
+    assert exit_code == EXIT_OK
+    assert broker.answers(RESULTS) == Counter(dict.fromkeys(ids, 1))
+    assert broker.committed == {P0: 4}
 
-        # a wedged engine takes no new batch
-        r.broker.submit(0, "later", "later")
-        r.step_until(lambda: len(r.worker.batcher) == 1, "the new record read")
-        for _ in range(20):
-            r.worker._step(draining=False)
-        assert len(r.engine.batches) == 1
-        assert "later" not in r.answers()
+
+def run(worker: Worker, until: Callable[[], bool] | None = None) -> int:
+    """``worker.run()`` on a thread; stopped (SIGTERM) once ``until()`` holds, if given."""
+    exit_codes: list[int] = []
+    thread = threading.Thread(target=lambda: exit_codes.append(worker.run()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + WAIT_S
+    while until is not None and not until():
+        assert time.monotonic() < deadline, "gave up waiting for the worker"
+        time.sleep(0.001)
+    if until is not None:
+        worker.stop()
+    thread.join(WAIT_S)
+    assert not thread.is_alive(), "the worker did not exit"
+    return exit_codes[0]

@@ -44,7 +44,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def health(metrics: WorkerMetrics, clock: FakeClock) -> Health:
-    return Health(stale_after_s=60.0, metrics=metrics, clock=clock)
+    return Health(liveness_timeout_s=60.0, metrics=metrics, clock=clock)
 
 
 @pytest.fixture
@@ -82,16 +82,39 @@ def test_metrics_endpoint_speaks_openmetrics_when_asked(server: MetricsServer) -
     assert body.endswith(b"# EOF\n")
 
 
-def test_healthz_follows_the_heartbeat(
+def healthz(server: MetricsServer) -> tuple[int, dict[str, object]]:
+    status, content_type, body = get(server.url + "/healthz")
+    assert content_type == "application/json"
+    return status, json.loads(body)
+
+
+def test_healthz_fails_until_the_loop_runs_and_when_it_stops_progressing(
     server: MetricsServer, health: Health, clock: FakeClock
 ) -> None:
-    status, content_type, body = get(server.url + "/healthz")
-    assert (status, content_type, json.loads(body)["alive"]) == (200, "application/json", True)
-    clock.now += 61
-    status, _, body = get(server.url + "/healthz")
-    assert (status, json.loads(body)) == (503, {"alive": False, "heartbeat_age_s": 61.0})
+    # loading the model is not the loop: a startup probe covers it
+    assert healthz(server) == (
+        503,
+        {"alive": False, "reason": "the worker loop has not started", "heartbeat_age_s": None},
+    )
     health.beat()
-    assert get(server.url + "/healthz")[0] == 200
+    assert healthz(server) == (200, {"alive": True, "reason": "", "heartbeat_age_s": 0.0})
+    clock.now += 61
+    status, body = healthz(server)
+    assert (status, body["alive"], body["heartbeat_age_s"]) == (503, False, 61.0)
+    assert "liveness_timeout_s=60" in str(body["reason"])
+    health.beat()
+    assert healthz(server)[0] == 200
+
+
+def test_healthz_fails_for_good_once_the_worker_is_wedged(
+    server: MetricsServer, health: Health
+) -> None:
+    health.beat()
+    health.wedge("engine call exceeded engine_timeout_s=600")
+    health.beat()  # the loop still beats: it is not what liveness is about any more
+    status, body = healthz(server)
+    assert (status, body["alive"]) == (503, False)
+    assert body["reason"] == "wedged: engine call exceeded engine_timeout_s=600"
 
 
 def test_readyz_needs_model_consumer_and_producer(
