@@ -43,6 +43,10 @@ class HeldRecords:
             taken.append(self._records.popleft())
         return taken
 
+    def count(self, partition: Partition) -> int:
+        """How many records of ``partition`` are held."""
+        return sum((r.topic(), r.partition()) == partition for r in self._records)
+
     def release(self, partitions: Collection[Partition]) -> int:
         """Let go of the records of ``partitions``; returns how many there were."""
         moved = set(partitions)

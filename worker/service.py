@@ -40,6 +40,7 @@ from worker.kafka.factory import ConfluentClients, KafkaClients
 from worker.kafka.publisher import FatalKafkaError, Publisher, TransactionAborted, rewind
 from worker.ledger import Ledger
 from worker.obs.health import Health, MetricsServer
+from worker.obs.lag import LagProbe
 from worker.obs.logs import SummaryLogger
 from worker.obs.metrics import WorkerMetrics
 from worker.outbox import Outbox
@@ -102,6 +103,7 @@ class Worker:
         self._stop = threading.Event()
         self._summary = SummaryLogger(log)
         self._consumer: KafkaConsumer | None = None
+        self._lag: LagProbe | None = None
         self._publisher: Publisher | None = None
         self._outbox: Outbox | None = None
         self._engine_stage: EngineStage | None = None
@@ -110,6 +112,11 @@ class Worker:
     def engine_stage(self) -> EngineStage:
         assert self._engine_stage is not None, "Kafka clients are not started"
         return self._engine_stage
+
+    @property
+    def lag(self) -> LagProbe:
+        assert self._lag is not None, "Kafka clients are not started"
+        return self._lag
 
     @property
     def outbox(self) -> Outbox:
@@ -146,7 +153,8 @@ class Worker:
     def _start_kafka(self) -> None:
         k = self.config.kafka
         self.clients.ensure_topics([k.requests_topic, k.results_topic, k.dead_letter_topic])
-        self._consumer = self.clients.consumer(self.metrics.observe_kafka_stats)
+        self._consumer = self.clients.consumer()
+        self._lag = LagProbe(self._consumer, self.metrics, self._unanswered)
         self._publisher = self.clients.publisher(
             self._consumer, self.ledger.tracker, self.metrics.transaction
         )
@@ -208,6 +216,7 @@ class Worker:
         self._publish_and_commit(now)
         self._adapt(now)
         self._flow(now, draining)
+        self.lag.maybe_measure(now)
         self._summary.maybe_log(now, self.metrics.snapshot())
 
     def _drain(self) -> None:
@@ -375,6 +384,10 @@ class Worker:
         self.batcher.drop_partitions(partitions)
         self.ledger.forget(partitions)
         self._held.release(partitions)
+
+    def _unanswered(self, partition: Partition) -> int:
+        """Records of ``partition`` read and not answered yet: in flight or held."""
+        return self.ledger.tracker.pending(partition) + self._held.count(partition)
 
     def _rewind(self, partitions: Sequence[Partition]) -> None:
         """After an abort: forget those partitions' work since their last commit, re-read it."""

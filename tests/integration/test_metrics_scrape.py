@@ -79,6 +79,20 @@ def value(
     return sum(v for (n, ls), v in found.items() if n == name and set(labels.items()) <= set(ls))
 
 
+def scrape_until_lag_is_0(url: str, partitions: int, timeout_s: float = 30.0) -> Samples:
+    """Scrape until every partition reports lag 0 (lag is measured every 5 s)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            found = samples(response.read().decode())
+        lags = [v for (name, _), v in found.items() if name == "batchpipe_consumer_lag"]
+        if len(lags) == partitions and not any(lags):
+            assert value(found, "batchpipe_consumer_lag_unknown_partitions") == 0
+            return found
+        assert time.monotonic() < deadline, f"lag never reached 0: {lags}"
+        time.sleep(0.2)
+
+
 def test_metrics_count_exactly_the_traffic_sent(kafka_config: Config) -> None:
     config = replace(
         kafka_config,
@@ -106,13 +120,14 @@ def test_metrics_count_exactly_the_traffic_sent(kafka_config: Config) -> None:
     try:
         url = server_url(worker)
         assert wait_for_status(url + "/readyz", 503) == 503
-        assert status_of(url + "/healthz") == 200
+        # the model is loading: the loop has not run, so liveness waits (a startup probe's job)
+        assert status_of(url + "/healthz") == 503
         engine.gate.set()
         assert wait_for_status(url + "/readyz", 200) == 200
+        assert wait_for_status(url + "/healthz", 200) == 200
         results = read_results(config, 43)
         read_topic(config, config.kafka.dead_letter_topic, 2)
-        with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
-            found = samples(response.read().decode())
+        found = scrape_until_lag_is_0(url + "/metrics", config.kafka.partitions)
     finally:
         worker.stop()
         thread.join(60)

@@ -18,12 +18,8 @@ from worker.kafka.consumer import KafkaConsumer
 from worker.kafka.publisher import AtLeastOncePublisher, Publisher, TransactionalPublisher
 from worker.obs.metrics import TxOutcome
 
-#: called with each librdkafka statistics payload (JSON text)
-OnStats = Callable[[str], None]
 #: called with the outcome of every transaction that ends
 OnOutcome = Callable[[TxOutcome], None]
-
-_STATS_INTERVAL_MS = 5000
 
 
 class KafkaClients(ABC):
@@ -37,7 +33,7 @@ class KafkaClients(ABC):
         """Create those of ``topics`` that do not exist yet."""
 
     @abstractmethod
-    def consumer(self, on_stats: OnStats) -> KafkaConsumer:
+    def consumer(self) -> KafkaConsumer:
         """A consumer of ``kafka.group_id`` that commits only when told; not subscribed."""
 
     @abstractmethod
@@ -53,9 +49,8 @@ class ConfluentClients(KafkaClients):
     def ensure_topics(self, topics: Sequence[str]) -> None:
         clients.ensure_topics(self.kafka, topics)
 
-    def consumer(self, on_stats: OnStats) -> KafkaConsumer:
-        stats = {"statistics.interval.ms": _STATS_INTERVAL_MS, "stats_cb": on_stats}
-        return clients.consumer(self.kafka, extra=stats)
+    def consumer(self) -> KafkaConsumer:
+        return clients.consumer(self.kafka)
 
     def publisher(
         self, consumer: KafkaConsumer, tracker: OffsetTracker, on_outcome: OnOutcome

@@ -84,6 +84,7 @@ class Summary:
     completion_tokens_per_s: float
     mean_batch_size: float
     lag: int
+    lag_unknown_partitions: int
 
 
 class SummaryLogger:
@@ -118,13 +119,16 @@ class SummaryLogger:
             if batches
             else 0.0,
             lag=snap.total_lag,
+            lag_unknown_partitions=snap.lag_unknown_partitions,
         )
+        unknown = summary.lag_unknown_partitions
         self._logger.info(
-            "summary: %.1f req/s, %.1f tokens/s, mean batch %.1f, lag %d",
+            "summary: %.1f req/s, %.1f tokens/s, mean batch %.1f, lag %d%s",
             summary.requests_per_s,
             summary.tokens_per_s,
             summary.mean_batch_size,
             summary.lag,
+            f" + unknown on {unknown} partitions" if unknown else "",
             extra=asdict(summary),
         )
         return summary

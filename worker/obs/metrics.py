@@ -11,13 +11,12 @@ series exists (at zero) from the first scrape and ``rate()`` sees the first incr
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Final, Literal, get_args
+from typing import Final, Literal, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -59,7 +58,8 @@ class MetricsSnapshot:
     batched_requests: int
     fill_ratio_sum: float
     token_fill_ratio_sum: float
-    total_lag: int
+    total_lag: int  # of the partitions whose lag is known
+    lag_unknown_partitions: int
 
     @property
     def requests(self) -> int:
@@ -99,6 +99,7 @@ class WorkerMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._model = model
         self._lag: dict[tuple[str, str], int] = {}
+        self._lag_unknown_count = 0
         self._lag_lock = threading.Lock()
 
         def counter(name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
@@ -155,7 +156,13 @@ class WorkerMetrics:
         self._utilization = gauge("batchpipe_engine_utilization", "Accelerator utilisation 0..1.")
         self._dedup = counter("batchpipe_dedup_hits", "Requests served by an identical run.")
         self._consumer_lag = gauge(
-            "batchpipe_consumer_lag", "Messages behind the partition end.", ["topic", "partition"]
+            "batchpipe_consumer_lag",
+            "Records of an assigned partition not answered yet (unread or in flight).",
+            ["topic", "partition"],
+        )
+        self._lag_unknown = gauge(
+            "batchpipe_consumer_lag_unknown_partitions",
+            "Assigned partitions whose lag could not be measured.",
         )
         self._transactions = counter("batchpipe_transactions", "Transactions.", ["outcome"])
         self._rebalances = counter("batchpipe_rebalances", "Rebalance events.", ["kind"])
@@ -261,27 +268,22 @@ class WorkerMetrics:
     def set_paused(self, n: int) -> None:
         self._paused.set(n)
 
-    def observe_kafka_stats(self, stats_json: str) -> None:
-        """Feed one librdkafka statistics payload (the consumer's ``stats_cb`` argument).
+    def set_consumer_lag(self, lags: Mapping[tuple[str, int], int | None]) -> None:
+        """The lag of every assigned partition (:mod:`worker.obs.lag`); None: unknown.
 
-        Sets ``batchpipe_consumer_lag`` from ``topics.<t>.partitions.<p>.consumer_lag``,
-        skipping the internal partition -1 and unknown lag (-1). Series of partitions absent
-        from this payload (revoked, or lag unknown) are removed, so a partition that moved
+        Unknown partitions are counted in ``batchpipe_consumer_lag_unknown_partitions`` and
+        have no lag series, nor have partitions no longer assigned: a partition that moved
         to another worker does not keep reporting its last lag from here.
         """
-        stats: dict[str, Any] = json.loads(stats_json)
-        current: dict[tuple[str, str], int] = {}
-        for topic, tstats in stats.get("topics", {}).items():
-            for partition, pstats in tstats.get("partitions", {}).items():
-                lag = int(pstats.get("consumer_lag", -1))
-                if partition != "-1" and lag >= 0:
-                    current[(topic, partition)] = lag
+        known = {(t, str(p)): lag for (t, p), lag in lags.items() if lag is not None}
         with self._lag_lock:
-            for key in self._lag.keys() - current.keys():
+            for key in self._lag.keys() - known.keys():
                 self._consumer_lag.remove(*key)
-            for (topic, partition), lag in current.items():
+            for (topic, partition), lag in known.items():
                 self._consumer_lag.labels(topic, partition).set(lag)
-            self._lag = current
+            self._lag = known
+            self._lag_unknown_count = len(lags) - len(known)
+            self._lag_unknown.set(self._lag_unknown_count)
 
     @contextmanager
     def stage(self, name: Stage) -> Iterator[None]:
@@ -300,6 +302,7 @@ class WorkerMetrics:
     def snapshot(self) -> MetricsSnapshot:
         with self._lag_lock:
             total_lag = sum(self._lag.values())
+            lag_unknown = self._lag_unknown_count
         return MetricsSnapshot(
             requests_completed=int(self._value("batchpipe_requests_total", status="completed")),
             requests_failed=int(self._value("batchpipe_requests_total", status="failed")),
@@ -312,6 +315,7 @@ class WorkerMetrics:
             fill_ratio_sum=self._value("batchpipe_batch_fill_ratio_sum"),
             token_fill_ratio_sum=self._value("batchpipe_batch_token_fill_ratio_sum"),
             total_lag=total_lag,
+            lag_unknown_partitions=lag_unknown,
         )
 
     def _value(self, name: str, **labels: str) -> float:

@@ -10,6 +10,9 @@
   again. Pause is a flag of the partition, not of the assignment: it survives
   unassign and assign, as in librdkafka. ``returns_while_paused`` makes ``poll`` return a
   paused partition's records anyway, as a consumer may with records fetched before a pause.
+  ``position`` is unknown until a record of the partition was returned; the cached high
+  watermark is the partition's end as of its last fetch (none while paused); a partition
+  in ``unreachable`` has no watermarks (the broker does not answer).
 * :class:`FakePublisher` — the :class:`Publisher` contract in memory. An answer counts as
   given when it is sent (``on_answered`` runs inside ``send``), as inside a transaction;
   commits write the tracker's offsets to the broker through the consumer. Like the
@@ -40,7 +43,7 @@ from worker.config import KafkaConfig
 from worker.engines.base import EngineInput, OnComplete, StaticEngine
 from worker.engines.echo import EchoEngine
 from worker.kafka.consumer import KafkaConsumer, RebalanceCallback, RecordHeaders
-from worker.kafka.factory import KafkaClients, OnOutcome, OnStats
+from worker.kafka.factory import KafkaClients, OnOutcome
 from worker.kafka.produce import Headers
 from worker.kafka.publisher import OnAnswered, Publisher
 from worker.wire.codec import decode_result, encode_request
@@ -135,6 +138,9 @@ class FakeConsumer:
         self._paused: set[Partition] = set()
         self.closed = False
         self.returns_while_paused = False
+        self.unreachable: set[Partition] = set()
+        self._read_to: dict[Partition, int] = {}  # the position: after the last record returned
+        self._fetched_end: dict[Partition, int] = {}  # the end offset as of the last fetch
         self.calls = 0  # poll/consume calls that returned
         self.delivered = 0  # records returned by poll/consume
 
@@ -205,6 +211,23 @@ class FakeConsumer:
         if at not in self._positions:
             raise KafkaException(KafkaError(KafkaError._STATE, f"{at} is not assigned"))
         self._positions[at] = 0 if partition.offset == OFFSET_BEGINNING else partition.offset
+        self._read_to[at] = self._positions[at]
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [
+            TopicPartition(tp.topic, tp.partition, self._read_to.get(at, OFFSET_INVALID))
+            for tp, at in zip(partitions, _pairs(partitions), strict=True)
+        ]
+
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float = -1, cached: bool = False
+    ) -> tuple[int, int]:
+        at = (partition.topic, partition.partition)
+        if at in self.unreachable:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{at}: no answer"))
+        if cached:
+            return (OFFSET_INVALID, self._fetched_end.get(at, OFFSET_INVALID))
+        return (0, len(self._broker.logs[at]))
 
     def consumer_group_metadata(self) -> object:
         return "fake-group-metadata"
@@ -222,11 +245,15 @@ class FakeConsumer:
             self._serve(*self._rebalances.popleft())
         out: list[FakeMessage] = []
         for partition in list(self._positions):
+            if partition not in self._paused:
+                self._fetched_end[partition] = len(self._broker.logs[partition])
             if (partition in self._paused and not paused_too) or len(out) >= num_messages:
                 continue
             start = self._positions[partition]
             taken = self._broker.logs[partition][start : start + num_messages - len(out)]
             self._positions[partition] = start + len(taken)
+            if taken:
+                self._read_to[partition] = self._positions[partition]
             out.extend(taken)
         if not out and timeout != 0:
             time.sleep(_IDLE_S)
@@ -240,6 +267,8 @@ class FakeConsumer:
             callback(self, _tps(partitions))
         # confluent-kafka assigns or unassigns after the callback returns
         for partition in partitions:
+            self._read_to.pop(partition, None)
+            self._fetched_end.pop(partition, None)
             if kind == "assign":
                 self._positions[partition] = self._broker.committed.get(partition, 0)
             else:
@@ -313,7 +342,7 @@ class FakeClients(KafkaClients):
     def ensure_topics(self, topics: Sequence[str]) -> None:
         self.broker.topics.update(topics)
 
-    def consumer(self, on_stats: OnStats) -> FakeConsumer:
+    def consumer(self) -> FakeConsumer:
         return self.fake_consumer
 
     def publisher(

@@ -88,6 +88,7 @@ def test_expressions_reference_only_exposed_metrics(dashboard: dict[str, Any]) -
         "batchpipe_batch_fill_ratio_sum",
         "batchpipe_batch_token_fill_ratio_sum",
         "batchpipe_consumer_lag",
+        "batchpipe_consumer_lag_unknown_partitions",
         "batchpipe_request_errors_total",
         "batchpipe_dead_letters_total",
         "batchpipe_transactions_total",

@@ -77,6 +77,7 @@ def snap(**changes: int) -> MetricsSnapshot:
         fill_ratio_sum=0.0,
         token_fill_ratio_sum=0.0,
         total_lag=0,
+        lag_unknown_partitions=0,
     )
     return replace(base, **changes)
 
@@ -108,3 +109,7 @@ def test_summary_rates_from_snapshot_differences(caplog: pytest.LogCaptureFixtur
     assert record.getMessage() == "summary: 10.0 req/s, 300.0 tokens/s, mean batch 10.0, lag 42"
     assert record.__dict__["requests_per_s"] == 10.0
     assert summary.maybe_log(25.0, later) is None  # next window starts at 20 s
+
+    # a lag that could not be measured is said, not read as 0
+    summary.maybe_log(40.0, replace(later, total_lag=0, lag_unknown_partitions=2))
+    assert caplog.records[-1].getMessage().endswith("lag 0 + unknown on 2 partitions")

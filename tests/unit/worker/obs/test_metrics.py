@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 
@@ -41,10 +40,7 @@ def value(m: WorkerMetrics, name: str, **labels: str) -> float:
     return samples(m)[(name, frozenset(labels.items()))]
 
 
-def stats(partitions: dict[str, int], topic: str = "batchpipe.requests") -> str:
-    """A trimmed librdkafka statistics payload, as the consumer's stats_cb receives it."""
-    parts = {p: {"partition": int(p), "consumer_lag": lag} for p, lag in partitions.items()}
-    return json.dumps({"name": "rdkafka#consumer-1", "topics": {topic: {"partitions": parts}}})
+TOPIC = "batchpipe.requests"
 
 
 def feed_known_sequence(m: WorkerMetrics) -> None:
@@ -63,7 +59,7 @@ def feed_known_sequence(m: WorkerMetrics) -> None:
     m.set_adaptive_size(38)
     m.set_utilization(0.75)
     m.set_paused(2)
-    m.observe_kafka_stats(stats({"0": 12, "1": 30, "-1": 99, "2": -1}))
+    m.set_consumer_lag({(TOPIC, 0): 12, (TOPIC, 1): 30, (TOPIC, 2): None})
 
 
 def test_counters_after_known_events() -> None:
@@ -134,22 +130,20 @@ def test_gauges_and_build_info() -> None:
     assert value(m, "batchpipe_build_info", version="0.1.0", engine="echo", model="echo") == 1
 
 
-def test_consumer_lag_follows_the_latest_stats_payload() -> None:
+def test_consumer_lag_follows_the_latest_measurement_and_counts_unknown_partitions() -> None:
     m = make_metrics()
-    m.observe_kafka_stats(stats({"0": 12, "1": 30, "-1": 99, "2": -1}))
+    m.set_consumer_lag({(TOPIC, 0): 12, (TOPIC, 1): 30, (TOPIC, 2): None})
     lags = {k: v for k, v in samples(m).items() if k[0] == "batchpipe_consumer_lag"}
     assert {dict(labels)["partition"]: v for (_, labels), v in lags.items()} == {"0": 12, "1": 30}
-    assert m.snapshot().total_lag == 42
+    assert value(m, "batchpipe_consumer_lag_unknown_partitions") == 1
+    assert (m.snapshot().total_lag, m.snapshot().lag_unknown_partitions) == (42, 1)
 
-    m.observe_kafka_stats(stats({"1": 5}))  # partition 0 was revoked
+    m.set_consumer_lag({(TOPIC, 1): 5})  # partitions 0 and 2 were revoked
     lags = {k: v for k, v in samples(m).items() if k[0] == "batchpipe_consumer_lag"}
-    assert lags == {
-        (
-            "batchpipe_consumer_lag",
-            frozenset({("topic", "batchpipe.requests"), ("partition", "1")}),
-        ): 5
-    }
-    assert m.snapshot().total_lag == 5
+    series = frozenset({("topic", TOPIC), ("partition", "1")})
+    assert lags == {("batchpipe_consumer_lag", series): 5}
+    assert value(m, "batchpipe_consumer_lag_unknown_partitions") == 0
+    assert (m.snapshot().total_lag, m.snapshot().lag_unknown_partitions) == (5, 0)
 
 
 def test_stage_adds_elapsed_time_even_when_the_body_raises() -> None:
@@ -216,7 +210,7 @@ def test_docs_list_every_metric() -> None:
     doc = (ROOT / "docs" / "metrics.md").read_text()
     documented = set(re.findall(r"`(batchpipe_[a-z0-9_]+)", doc))
     m = make_metrics()
-    m.observe_kafka_stats(stats({"0": 1}))
+    m.set_consumer_lag({(TOPIC, 0): 1})
     exposed = set()
     for family in text_string_to_metric_families(m.render().decode()):
         if not family.name.endswith("_created"):  # prometheus_client's creation timestamps

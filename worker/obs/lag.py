@@ -1,0 +1,118 @@
+"""Consumer lag of the worker's assignment, measured from offsets, paused partitions included.
+
+librdkafka's statistics report ``consumer_lag`` -1 (unknown) for a partition it has not
+fetched since it was assigned — one assigned while the worker was paused, for instance —
+and a sum that skips unknown partitions reads 0 with a backlog waiting. So the worker
+measures lag itself, every :data:`INTERVAL_S` and as soon as its assignment changes:
+
+    lag = end offset − the consumer's position + records read but not answered yet
+
+``end offset`` is the largest of the broker's answer to ListOffsets, the high watermark of
+the last fetch, and the position (each is a lower bound of the true end; ListOffsets is
+exact on Apache Kafka). The position is the next record to read, past transaction markers;
+a partition nothing was read from since its assignment starts at its committed offset, or
+at its low watermark when the group has committed none (``auto.offset.reset: earliest``).
+A partition whose end or start cannot be read is *unknown* — counted in
+``batchpipe_consumer_lag_unknown_partitions``, never reported as 0.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from batcher import Partition
+from worker.kafka.consumer import KafkaConsumer
+from worker.obs.metrics import WorkerMetrics
+
+log = logging.getLogger(__name__)
+
+#: seconds between two measurements of an unchanged assignment
+INTERVAL_S = 5.0
+#: the most one broker query may block the worker loop; after one query fails, the
+#: partitions left in that measurement are unknown without asking
+QUERY_TIMEOUT_S = 1.0
+
+#: records of a partition read but not answered yet (in flight or held)
+Unanswered = Callable[[Partition], int]
+
+
+class LagProbe:
+    """Measures the lag of ``consumer``'s assignment into ``metrics``."""
+
+    def __init__(
+        self, consumer: KafkaConsumer, metrics: WorkerMetrics, unanswered: Unanswered
+    ) -> None:
+        self._consumer = consumer
+        self._metrics = metrics
+        self._unanswered = unanswered
+        self._next = 0.0
+        self._measured: frozenset[Partition] = frozenset()
+
+    def maybe_measure(self, now: float) -> None:
+        """Measure if :data:`INTERVAL_S` passed or the assignment changed since last time."""
+        assignment = frozenset(_pairs(self._consumer.assignment()))
+        if now >= self._next or assignment != self._measured:
+            self.measure()
+            self._next = now + INTERVAL_S
+
+    def measure(self) -> Mapping[Partition, int | None]:
+        """Lag per assigned partition (None: unknown), published to the metrics."""
+        assignment = self._consumer.assignment()
+        positions = {
+            (tp.topic, tp.partition): tp.offset for tp in self._consumer.position(assignment)
+        }
+        unread = [tp for tp in assignment if positions[(tp.topic, tp.partition)] < 0]
+        starts = self._committed(unread) if unread else {}
+        lags: dict[Partition, int | None] = {}
+        reachable = True
+        for tp in assignment:
+            at = (tp.topic, tp.partition)
+            ends = self._ends(tp) if reachable else None
+            reachable = ends is not None
+            lags[at] = None if ends is None else self._lag(at, ends, positions[at], starts.get(at))
+        self._measured = frozenset(lags)
+        self._metrics.set_consumer_lag(lags)
+        return lags
+
+    def _ends(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """(low watermark, end offset) of ``tp``; None when the broker does not answer."""
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                tp, timeout=QUERY_TIMEOUT_S, cached=False
+            )
+            _, fetched = self._consumer.get_watermark_offsets(tp, cached=True)
+        except KafkaException as exc:
+            log.debug("end offset of %s[%d] unknown: %s", tp.topic, tp.partition, exc)
+            return None
+        return low, max(high, fetched)
+
+    def _lag(
+        self, at: Partition, ends: tuple[int, int], position: int, committed: int | None
+    ) -> int | None:
+        low, high = ends
+        if position >= 0:
+            start = position
+        elif committed is None:
+            return None  # the committed offset could not be read
+        else:
+            start = committed if committed >= 0 else low  # none committed: from the start
+        end = max(high, position)
+        if end < 0 or start < 0:
+            return None
+        return max(0, end - start) + self._unanswered(at)
+
+    def _committed(self, partitions: list[TopicPartition]) -> dict[Partition, int]:
+        """The group's committed offsets (negative: none); empty when they cannot be read."""
+        try:
+            found = self._consumer.committed(partitions, timeout=QUERY_TIMEOUT_S)
+        except KafkaException as exc:
+            log.debug("committed offsets unknown: %s", exc)
+            return {}
+        return {(tp.topic, tp.partition): tp.offset for tp in found if tp.error is None}
+
+
+def _pairs(partitions: list[TopicPartition]) -> list[Partition]:
+    return [(tp.topic, tp.partition) for tp in partitions]
