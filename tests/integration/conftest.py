@@ -2,7 +2,8 @@
 
 One broker serves the whole session: ``KAFKA_BOOTSTRAP`` when set (e.g. Apache Kafka
 from docker-compose), else the embedded Tansu broker, started once. Each test gets
-unique topic names and group id, so tests never see each other's records.
+unique topic names and group id, so tests never see each other's records. The chaos
+scenarios add their rows to one session report (``chaos_report``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.integration.chaos_report import ChaosReport, report_path
 from tests.integration.harness import isolated_config
 from worker.config import Config
 from worker.kafka.broker import EmbeddedBroker
@@ -30,3 +32,14 @@ def kafka_bootstrap() -> Iterator[str]:
 @pytest.fixture
 def kafka_config(kafka_bootstrap: str) -> Config:
     return isolated_config(kafka_bootstrap)
+
+
+@pytest.fixture(scope="session")
+def chaos_report() -> Iterator[ChaosReport]:
+    """Collects the chaos scenarios' rows; written at the end when ``BATCHPIPE_CHAOS_REPORT``
+    names a file."""
+    report = ChaosReport()
+    yield report
+    path = report_path()
+    if path is not None and report.scenarios:
+        report.write(path)

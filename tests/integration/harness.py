@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from tests import ROOT
 from worker.config import Config
@@ -40,26 +42,65 @@ def isolated_config(bootstrap: str, prefix: str = "test") -> Config:
     return replace(config, kafka=kafka)
 
 
-Record = tuple[bytes | None, Sequence[tuple[str, bytes]] | None]
+Headers = Sequence[tuple[str, bytes]] | None
+Record = tuple[bytes | None, Headers]
+KeyedRecord = tuple[bytes | None, bytes | None, Headers]
 
 
-def publish_raw(config: Config, records: Iterable[Record]) -> int:
-    """Publish raw (value, headers) records to the requests topic; returns the count."""
+@dataclass(frozen=True)
+class Published:
+    """What a publish wrote: the record count and each partition's end offset after it."""
+
+    count: int
+    ends: Mapping[int, int]
+
+
+def publish_keyed(
+    config: Config, records: Iterable[KeyedRecord], *, max_message_bytes: int | None = None
+) -> Published:
+    """Publish raw (key, value, headers) records to the requests topic.
+
+    A key spreads records over the partitions by its hash, as a keyed producer does.
+    ``max_message_bytes`` raises the producer's own limit for oversized test records.
+    """
     k = config.kafka
     clients.ensure_topics(k, [k.requests_topic, k.results_topic, k.dead_letter_topic])
-    producer = clients.producer(k)
+    extra = {} if max_message_bytes is None else {"message.max.bytes": max_message_bytes}
+    producer = clients.producer(k, extra=extra)
+    ends: dict[int, int] = {}
+
+    def delivered(error: KafkaError | None, msg: Message) -> None:
+        assert error is None, error
+        partition, offset = msg.partition(), msg.offset()
+        assert partition is not None and offset is not None
+        ends[partition] = max(ends.get(partition, 0), offset + 1)
+
     count = 0
-    for value, headers in records:
+    for key, value, headers in records:
         pairs: list[tuple[str, bytes | str | None]] | None = None if headers is None else [*headers]
-        producer.produce(k.requests_topic, value=value, headers=pairs)
+        producer.produce(
+            k.requests_topic, value=value, key=key, headers=pairs, on_delivery=delivered
+        )
         producer.poll(0)
         count += 1
     assert producer.flush(30) == 0
-    return count
+    assert sum(ends.values()) >= count  # every record acknowledged
+    return Published(count, ends)
 
 
-def publish(config: Config, requests: Iterable[InferenceRequest]) -> int:
-    return publish_raw(config, (encode_request(r) for r in requests))
+def publish_raw(config: Config, records: Iterable[Record]) -> Published:
+    """Publish raw (value, headers) records, without keys."""
+    return publish_keyed(config, ((None, value, headers) for value, headers in records))
+
+
+def publish(
+    config: Config, requests: Iterable[InferenceRequest], *, keyed: bool = False
+) -> Published:
+    """Publish encoded requests; ``keyed`` keys each by its ``custom_id``."""
+    return publish_keyed(
+        config,
+        ((r.custom_id.encode() if keyed else None, *encode_request(r)) for r in requests),
+    )
 
 
 def reader(config: Config, topic: str) -> Consumer:
@@ -87,21 +128,6 @@ def read_topic(config: Config, topic: str, count: int, timeout_s: float = 60) ->
         consumer.close()
     assert len(records) >= count, f"only {len(records)} of {count} records on {topic}"
     return records
-
-
-def count_records(config: Config, topic: str, settle_s: float) -> int:
-    """All records on ``topic``: reads until nothing new arrived for ``settle_s``."""
-    consumer = reader(config, topic)
-    count, quiet_since = 0, time.monotonic()
-    try:
-        while time.monotonic() - quiet_since < settle_s:
-            batch = [m for m in consumer.consume(num_messages=1000, timeout=0.2) if not m.error()]
-            if batch:
-                count += len(batch)
-                quiet_since = time.monotonic()
-    finally:
-        consumer.close()
-    return count
 
 
 def read_results(config: Config, count: int, timeout_s: float = 60) -> list[InferenceResult]:
@@ -138,26 +164,121 @@ def start_worker_process(config_path: Path, *sets: str) -> subprocess.Popen[byte
 
 
 class ResultWatcher:
-    """Reads the results topic as it fills: raw records and distinct ``custom_id``s."""
+    """Reads the results and dead-letter topics as they fill.
+
+    ``raw`` counts result records, ``ids`` the distinct ``custom_id``s among them (with
+    ``first`` the first result of each, ``per_id`` how many records each had); ``dead``
+    counts dead letters, ``dead_keys`` them by record key (``dead_codes``: the
+    ``error-code`` header of each key's first). :attr:`longest_stall_s` is measured on
+    the records' own timestamps, so it does not depend on when the watcher is polled.
+    """
 
     def __init__(self, config: Config) -> None:
-        self._consumer = reader(config, config.kafka.results_topic)
+        k = config.kafka
+        # a reader is assigned the partitions that exist when it starts
+        clients.ensure_topics(k, [k.requests_topic, k.results_topic, k.dead_letter_topic])
+        self._started = time.time()
+        self._results = reader(config, config.kafka.results_topic)
+        self._dead_letters = reader(config, config.kafka.dead_letter_topic)
         self.raw = 0
         self.ids: set[str] = set()
+        self.first: dict[str, InferenceResult] = {}
+        self.per_id: Counter[str] = Counter()
+        self.dead = 0
+        self.dead_keys: Counter[bytes | None] = Counter()
+        self.dead_codes: dict[bytes | None, int] = {}
+        self._answered_at: dict[str, float] = {}  # each custom_id's earliest result
+        self._dead_at: list[float] = []
 
-    def poll(self, seconds: float) -> None:
+    def poll(self, seconds: float) -> int:
+        """Read for ``seconds``; returns how many records arrived."""
+        arrived = 0
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            for m in self._consumer.consume(num_messages=1000, timeout=0.1):
+            for m in self._results.consume(num_messages=1000, timeout=0.1):
                 if m.error() is None:
-                    self.raw += 1
-                    self.ids.add(decode_result(m.value(), m.headers()).custom_id)
+                    arrived += 1
+                    self._result(m)
+            for m in self._dead_letters.consume(num_messages=1000, timeout=0.01):
+                if m.error() is None:
+                    arrived += 1
+                    self._dead_letter(m)
+        return arrived
+
+    def _result(self, m: Message) -> None:
+        result = decode_result(m.value(), m.headers())
+        self.raw += 1
+        self.per_id[result.custom_id] += 1
+        at = _written_at(m)
+        self._answered_at[result.custom_id] = min(self._answered_at.get(result.custom_id, at), at)
+        if result.custom_id not in self.ids:
+            self.ids.add(result.custom_id)
+            self.first[result.custom_id] = result
+
+    def _dead_letter(self, m: Message) -> None:
+        self.dead += 1
+        self.dead_keys[m.key()] += 1
+        code = dict(m.headers() or []).get("error-code", b"0")
+        self.dead_codes.setdefault(m.key(), int(code or b"0"))
+        self._dead_at.append(_written_at(m))
+
+    @property
+    def longest_stall_s(self) -> float:
+        """The longest time, from the watcher's start to the last answer read, in which no
+        new answer (a result for a new ``custom_id``, or a dead letter) was written."""
+        times = sorted([self._started, *self._answered_at.values(), *self._dead_at])
+        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+
+    def wait_until(
+        self,
+        done: Callable[[], bool],
+        timeout_s: float,
+        what: str,
+        check: Callable[[], None] | None = None,
+    ) -> None:
+        """Read until ``done()``; fail after ``timeout_s`` saying ``what`` was awaited, or
+        as soon as ``check()`` (called between reads) fails."""
+        deadline = time.monotonic() + timeout_s
+        while not done() and time.monotonic() < deadline:
+            if check is not None:
+                check()
+            self.poll(0.2)
+        assert done(), f"not within {timeout_s:g} s: {what} (results {self.raw}, dead {self.dead})"
 
     def wait_for(self, distinct: int, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while len(self.ids) < distinct and time.monotonic() < deadline:
-            self.poll(0.2)
-        assert len(self.ids) >= distinct, f"{len(self.ids)} of {distinct} answered"
+        self.wait_until(
+            lambda: len(self.ids) >= distinct, timeout_s, f"{distinct} distinct results"
+        )
 
     def close(self) -> None:
-        self._consumer.close()
+        self._results.close()
+        self._dead_letters.close()
+
+
+def _written_at(m: Message) -> float:
+    """When the producer wrote ``m`` (unix seconds; the broker's time when it has none)."""
+    _, ms = m.timestamp()
+    return ms / 1000.0 if ms > 0 else time.time()
+
+
+def committed_lag(config: Config, ends: Mapping[int, int]) -> int:
+    """Records of the requests topic before ``ends`` that the workers' group has not
+    committed past: the true lag, whatever a broker's watermarks say."""
+    topic = config.kafka.requests_topic
+    # the workers' group id, never subscribed: it reads the group's offsets, never joins
+    consumer = clients.consumer(config.kafka)
+    try:
+        committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=30)
+    finally:
+        consumer.close()
+    return sum(ends[tp.partition] - max(tp.offset, 0) for tp in committed)
+
+
+def wait_for_lag_zero(config: Config, ends: Mapping[int, int], timeout_s: float) -> None:
+    """Wait until the group's committed offsets reach ``ends``; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    lag = committed_lag(config, ends)
+    while lag > 0 and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling a condition with a bound, not waiting for a moment
+        lag = committed_lag(config, ends)
+    assert lag == 0, f"lag still {lag} after {timeout_s:g} s"
