@@ -125,7 +125,6 @@ def test_chaos_flapping_worker(
         watcher.close()
 
 
-@pytest.mark.xfail(strict=True, reason="needs /healthz 503 for a wedged engine (helper liveness)")
 def test_chaos_engine_hang_restarted_on_failed_liveness(
     kafka_config: Config, tmp_path: Path, chaos_report: ChaosReport
 ) -> None:

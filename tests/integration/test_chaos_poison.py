@@ -183,12 +183,13 @@ def pills() -> list[Pill]:
         Pill("empty-value", b"", PROTOBUF, None, malformed),
         Pill("no-value", None, None, None, malformed),
         Pill("zstd-bomb", bomb, PROTOBUF, None, over),
+        # refused, naming the field: serving without it would ignore what was asked
         Pill(
             "unknown-fields",
             protobuf("pill-unknown-fields", UNKNOWN_FIELDS),
             PROTOBUF,
             "pill-unknown-fields",
-            None,
+            invalid,
         ),
     ]
 
