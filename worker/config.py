@@ -67,6 +67,9 @@ class EngineConfig:
     pinned_memory: bool = True
     gpu_memory_fraction: float = 0.9  # trtllm KV cache share of free GPU memory
     engine_timeout_s: float = 600.0
+    # trtllm only: "dummy" gives random weights (throughput checks without a checkpoint's
+    # weights; the directory still needs config.json and the tokenizer)
+    load_format: Literal["auto", "dummy"] = "auto"
     # echo engine only: seconds per generated token, so it paces like a model in tests
     simulated_token_s: float = 0.0
 
@@ -172,6 +175,11 @@ def _inconsistencies(config: Config) -> list[str]:
             f"generation.max_tokens: {g.max_tokens} must be below batching.max_batch_tokens "
             f"({b.max_batch_tokens}): a request without max_tokens needs its prompt plus "
             "generation.max_tokens in one batch, so every such request would get 4003"
+        )
+    if config.engine.load_format != "auto" and config.engine.kind != "trtllm":
+        found.append(
+            f"engine.load_format: {config.engine.load_format!r} is supported by the trtllm "
+            f"engine only, not by {config.engine.kind!r}"
         )
     if b.max_batch_size > b.prefetch_count:
         found.append(

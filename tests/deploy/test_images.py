@@ -136,15 +136,18 @@ def test_cpu_image_installs_the_cpu_extra_and_the_default_model() -> None:
     assert "torch==" in (ROOT / "constraints-cpu.txt").read_text()
 
 
-def test_gpu_image_installs_tensorrt_llm_1_2_on_an_ngc_base() -> None:
+def test_gpu_image_builds_on_the_tensorrt_llm_1_2_1_release_and_keeps_its_torch() -> None:
     instructions = _instructions("Dockerfile.gpu")
     base = next(args for kw, args in instructions if kw == "ARG" and args.startswith("BASE_"))
-    assert base.startswith("BASE_IMAGE=nvcr.io/nvidia/pytorch:")
+    assert base == "BASE_IMAGE=nvcr.io/nvidia/tensorrt-llm/release:1.2.1"
     assert ("FROM", "${BASE_IMAGE}") in instructions
     runs = " ".join(args for kw, args in instructions if kw == "RUN")
-    assert "pip install '.[trtllm]'" in runs
+    # the image's own torch and tensorrt-llm are pinned for the install of batchpipe
+    keep = re.search(r"> (/\S+-keep\.txt)", runs)
+    assert keep is not None and "torch==" in runs and "tensorrt-llm==" in runs
+    assert f"pip install -c {keep.group(1)} '.[trtllm]'" in runs
     trtllm = _pyproject()["project"]["optional-dependencies"]["trtllm"]
-    assert any(re.match(r"tensorrt-llm>=1\.2,<1\.3", dep) for dep in trtllm)
+    assert trtllm == ["tensorrt-llm==1.2.1"]
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)

@@ -80,3 +80,13 @@ def test_client_settings_the_worker_owns_are_refused(item: str) -> None:
 
 def test_metrics_listen_on_the_loopback_interface_by_default() -> None:
     assert load_config(environ={}).metrics.host == "127.0.0.1"
+
+
+def test_dummy_weights_are_for_the_trtllm_engine_only() -> None:
+    config = load_config(sets=["engine.kind=trtllm", "engine.load_format=dummy"], environ={})
+    assert config.engine.load_format == "dummy"
+    assert load_config(environ={}).engine.load_format == "auto"
+    assert "engine.load_format: 'dummy' is supported by the trtllm" in refused(
+        "engine.load_format=dummy"
+    )
+    assert "load_format" in refused("engine.kind=trtllm", "engine.load_format=random")

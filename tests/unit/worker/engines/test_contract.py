@@ -1,21 +1,23 @@
 """The invariants of worker/engines/base.py, checked on every engine.
 
-echo and a tiny random-weight Llama through the hf engine always run; SmolLM2 through the
-hf engine runs under ``-m model``; TensorRT-LLM only where it is installed (an NVIDIA GPU)
-and BATCHPIPE_TRTLLM_MODEL names a local Hugging Face checkpoint.
+echo, a tiny random-weight Llama through the hf engine and the trtllm engine on the
+stand-in ``tensorrt_llm`` (``fake_trtllm``) always run; SmolLM2 through the hf engine runs
+under ``-m model``; the real TensorRT-LLM only where it is installed (an NVIDIA GPU) and
+BATCHPIPE_TRTLLM_MODEL names a local Hugging Face checkpoint.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import time
 from collections.abc import Iterator, Sequence
 
 import pytest
 
 from tests.unit.conftest import resolved
 from worker.config import EngineConfig
-from worker.engines.base import Completion, Engine, EngineInput, StaticEngine
+from worker.engines.base import Completion, Engine, EngineInput, InFlightEngine, StaticEngine
 from worker.engines.echo import EchoEngine
 from worker.errors import RequestError
 from worker.wire.messages import ChatMessage, InferenceRequest
@@ -32,6 +34,7 @@ ENGINES = [
     pytest.param("echo", id="echo"),
     pytest.param("hf-tiny", id="hf-tiny"),
     pytest.param("hf", id="hf-smollm2", marks=pytest.mark.model),
+    pytest.param("trtllm-fake", id="trtllm-fake"),
     pytest.param(
         "trtllm",
         id="trtllm",
@@ -60,6 +63,9 @@ def engine(request: pytest.FixtureRequest) -> Engine:
     name = request.param
     if name == "echo":
         return EchoEngine()
+    if name == "trtllm-fake":
+        fake: Engine = request.getfixturevalue("fake_trtllm")[0]
+        return fake
     fixture = {"hf-tiny": "tiny_hf_engine", "hf": "hf_engine", "trtllm": "trtllm_engine"}[name]
     loaded: Engine = request.getfixturevalue(fixture)
     return loaded
@@ -72,9 +78,18 @@ def chat(engine: Engine, key: str, question: str, **sampling: object) -> EngineI
 
 
 def run(engine: Engine, inputs: Sequence[EngineInput]) -> dict[str, Completion]:
-    assert isinstance(engine, StaticEngine)
+    """Each input's completion; a static engine runs them as one batch, an in-flight
+    engine gets them all submitted and is read until every one has completed."""
     seen: list[Completion] = []
-    engine.run_batch(inputs, seen.append)
+    if isinstance(engine, StaticEngine):
+        engine.run_batch(inputs, seen.append)
+    else:
+        assert isinstance(engine, InFlightEngine)
+        for item in inputs:
+            engine.submit(item)
+        deadline = time.monotonic() + 60
+        while len(seen) < len(inputs) and time.monotonic() < deadline:
+            seen += engine.completions(timeout_s=0.5)
     keys = [c.key for c in seen]
     assert sorted(keys) == sorted(i.key for i in inputs), "one completion per input"
     return {c.key: c for c in seen}

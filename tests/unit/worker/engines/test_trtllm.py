@@ -1,9 +1,13 @@
-"""The TensorRT-LLM engine: what can be checked without it, and its mapping where it exists."""
+"""The TensorRT-LLM engine against the real ``tensorrt_llm``: skipped where it is not installed.
+
+``test_trtllm_inflight.py`` drives the engine through a stand-in package on any machine.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import time
 
 import pytest
 
@@ -11,6 +15,7 @@ from tests.unit.conftest import resolved
 from worker.config import BatchingConfig, EngineConfig
 from worker.engines.base import EngineInput
 from worker.engines.trtllm import TrtLlmEngine
+from worker.engines.trtllm.mapping import sampling_kwargs
 from worker.errors import ModelLoadError
 
 HAVE_TRTLLM = importlib.util.find_spec("tensorrt_llm") is not None
@@ -25,7 +30,7 @@ def test_load_without_tensorrt_llm_is_a_model_load_error_that_says_so() -> None:
         engine.load()
     assert caught.value.code == 5003
     with pytest.raises(RuntimeError, match="load"):
-        engine.run_batch([], print)
+        engine.submit(EngineInput("k", (1,), resolved()))
 
 
 @needs_trtllm
@@ -35,15 +40,17 @@ def test_a_gguf_model_is_refused_before_tensorrt_llm_starts() -> None:
 
 
 @needs_trtllm
-def test_sampling_params_map_greedy_to_top_k_one_and_keep_stop_strings() -> None:
-    engine = TrtLlmEngine(EngineConfig(kind="trtllm"))
-    engine._sampling_params = importlib.import_module("tensorrt_llm").SamplingParams
-    greedy_input = EngineInput("k", (1, 2), resolved(max_tokens=7, temperature=0, stop=("\n",)))
-    greedy = engine._params(greedy_input)
+def test_sampling_params_take_the_mapped_settings() -> None:
+    from tensorrt_llm import SamplingParams
+
+    greedy = SamplingParams(
+        **sampling_kwargs(resolved(max_tokens=7, temperature=0, stop=("\n",)), ignore_eos=False)
+    )
     assert (greedy.top_k, greedy.temperature, greedy.max_tokens) == (1, None, 7)
     assert greedy.stop == ["\n"] and greedy.end_id is None
-    sampled = engine._params(EngineInput("k", (1,), resolved(temperature=0.5, seed=3)))
-    assert (sampled.temperature, sampled.seed) == (0.5, 3)
+    assert greedy.include_stop_str_in_output is True
+    sampled = SamplingParams(**sampling_kwargs(resolved(temperature=0.5, seed=3), ignore_eos=True))
+    assert (sampled.temperature, sampled.seed, sampled.ignore_eos) == (0.5, 3, True)
     # the resolved "off" values are TensorRT-LLM's own: every token stays in, no penalty
     assert (sampled.top_k, sampled.top_p) == (0, 1.0)
     penalties = (sampled.repetition_penalty, sampled.presence_penalty, sampled.frequency_penalty)
@@ -55,7 +62,7 @@ def test_sampling_params_map_greedy_to_top_k_one_and_keep_stop_strings() -> None
     reason="set BATCHPIPE_TRTLLM_MODEL to a local Hugging Face model directory",
 )
 @needs_trtllm
-def test_a_real_checkpoint_serves_a_batch() -> None:
+def test_a_real_checkpoint_serves_requests_in_flight() -> None:
     engine = TrtLlmEngine(
         EngineConfig(kind="trtllm", model=os.environ["BATCHPIPE_TRTLLM_MODEL"]),
         BatchingConfig(max_batch_size=8),
@@ -63,9 +70,12 @@ def test_a_real_checkpoint_serves_a_batch() -> None:
     engine.load()
     try:
         ids = (1, 2, 3, 4)
+        for i in range(3):
+            engine.submit(EngineInput(f"k{i}", ids, resolved(max_tokens=4)))
         done: list[str] = []
-        inputs = [EngineInput(f"k{i}", ids, resolved(max_tokens=4)) for i in range(3)]
-        engine.run_batch(inputs, lambda c: done.append(c.key))
+        deadline = time.monotonic() + 120
+        while len(done) < 3 and time.monotonic() < deadline:
+            done += [c.key for c in engine.completions(timeout_s=1.0)]
         assert sorted(done) == ["k0", "k1", "k2"]
     finally:
         engine.close()

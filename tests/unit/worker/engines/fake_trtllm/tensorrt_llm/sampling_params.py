@@ -1,0 +1,51 @@
+"""``SamplingParams`` as in ``tensorrt_llm/sampling_params.py``: the fields the engine sets.
+
+A keyword-only dataclass; ``_validate`` refuses ``top_p`` outside [0, 1], negative
+``top_k`` and negative ``temperature``; ``_setup`` takes ``end_id`` from the tokenizer
+and tokenizes the ``stop`` strings (``_get_stop_reasons_and_words`` pairs them up).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(kw_only=True)
+class SamplingParams:
+    end_id: int | None = None
+    max_tokens: int = 32
+    stop: str | list[str] | None = None
+    include_stop_str_in_output: bool = False
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    temperature: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    ignore_eos: bool = False
+    _stop_word_ids: list[list[int]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.top_p is not None and not 0 <= self.top_p <= 1:
+            raise ValueError(f"require 0 <= top_p <= 1, got top_p={self.top_p}")
+        if self.top_k is not None and self.top_k < 0:
+            raise ValueError(f"require top_k >= 0, got top_k={self.top_k}")
+        if self.temperature is not None and self.temperature < 0:
+            raise ValueError(f"require temperature >= 0, got temperature={self.temperature}")
+
+    def _setup(self, tokenizer: Any) -> SamplingParams:
+        if self.end_id is None:
+            self.end_id = int(tokenizer.eos_token_id)
+        if self.stop is not None:
+            self._stop_word_ids = [
+                list(tokenizer.encode(s, add_special_tokens=False)) for s in self._stops()
+            ]
+        return self
+
+    def _stops(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    def _get_stop_reasons_and_words(self) -> list[tuple[str, list[int]]]:
+        return list(zip(self._stops(), self._stop_word_ids or [], strict=False))

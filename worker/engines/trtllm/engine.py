@@ -1,0 +1,265 @@
+"""``TrtLlmEngine``: TensorRT-LLM's ``LLM`` fed in flight, one ``generate_async`` per request.
+
+TensorRT-LLM's scheduler adds and retires sequences at every decoding step; the worker
+submits a request whenever :meth:`TrtLlmEngine.capacity` has room and collects each
+completion as it finishes. All calls into TensorRT-LLM run on one event loop that lives
+as long as the engine (:class:`~worker.engines.trtllm.loop.LoopThread`), so every reply,
+late abort acknowledgements included, arrives on a running loop.
+
+API used, from the NVIDIA/TensorRT-LLM sources (1.2.x): ``tensorrt_llm/llmapi/llm.py``
+(``LLM(model, dtype=..., **kwargs)`` with the ``TorchLlmArgs`` fields ``backend``,
+``max_batch_size``, ``max_num_tokens``, ``kv_cache_config`` and ``load_format`` —
+"auto" or "dummy"; ``generate_async(inputs, sampling_params=...)`` taking a list of token
+ids; ``shutdown()``), ``tensorrt_llm/llmapi/llm_args.py`` (``KvCacheConfig``
+``free_gpu_memory_fraction``, ``enable_block_reuse``), ``tensorrt_llm/executor/result.py``
+(``GenerationResult.aresult()``, ``abort()``, ``finished``, ``outputs``) and
+``tensorrt_llm/executor/utils.py`` (``RequestError``, a per-request failure; any other
+exception out of a result means the executor shut itself down).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+from worker.config import BatchingConfig, EngineConfig
+from worker.engines.base import Capacity, Completion, EngineInput, InFlightEngine
+from worker.engines.models import locate_model
+from worker.engines.trtllm.loop import LoopThread
+from worker.engines.trtllm.mapping import completion, failed, rejected, sampling_kwargs
+from worker.engines.utilization import BusyMeter, gpu_counter
+from worker.errors import BatchpipeError, ErrorCode, ModelLoadError
+from worker.wire.messages import InferenceRequest
+
+
+class TrtLlmFailed(BatchpipeError, RuntimeError):
+    """TensorRT-LLM itself failed (its executor shut down); no request can run any more."""
+
+
+@dataclass
+class _Run:
+    """One submitted request; ``handle`` is TensorRT-LLM's result once it has accepted it."""
+
+    item: EngineInput
+    handle: Any = None
+    aborted: bool = False  # read and written on the loop's thread only
+
+    @property
+    def tokens(self) -> int:  # what its KV cache must be able to hold
+        return len(self.item.prompt_token_ids) + self.item.sampling.max_tokens
+
+
+class TrtLlmEngine(InFlightEngine):
+    """``tensorrt_llm.LLM`` serving a local Hugging Face checkpoint directory."""
+
+    # what mapping.sampling_kwargs maps onto tensorrt_llm.SamplingParams; n, logprobs and
+    # response_format are not mapped, so requests asking for them are refused at admission
+    honours = frozenset(
+        {"temperature", "top_p", "top_k", "seed", "stop"}
+        | {"presence_penalty", "frequency_penalty", "repetition_penalty"}
+    )
+
+    def __init__(
+        self,
+        engine: EngineConfig | None = None,
+        batching: BatchingConfig | None = None,
+        *,
+        ignore_eos: bool = False,
+    ) -> None:
+        self._config = engine or EngineConfig(kind="trtllm")
+        self._batching = batching or BatchingConfig()
+        self._ignore_eos = ignore_eos
+        self.model_name = self._config.model
+        self._llm: Any = None
+        self._sampling_params: Any = None
+        self._request_error: type[Exception] = RuntimeError
+        self._encoder: Any = None
+        self._loop: LoopThread | None = None
+        self._gpu_counter: Callable[[], float] | None = None
+        self._meter = BusyMeter()
+        self._busy = contextlib.ExitStack()  # open while any request is in flight
+        self._lock = threading.Lock()  # guards _running, _reserved and _busy
+        self._running: dict[str, _Run] = {}
+        self._reserved = 0
+        # finished requests, and None once TensorRT-LLM has failed (wakes a waiting reader)
+        self._done: queue.Queue[Completion | None] = queue.Queue()
+        self._failure: BaseException | None = None
+
+    def load(self) -> None:
+        try:
+            from tensorrt_llm import LLM, SamplingParams
+            from tensorrt_llm.executor import RequestError
+            from tensorrt_llm.llmapi import KvCacheConfig
+        except ImportError as exc:
+            raise ModelLoadError(
+                "the trtllm engine needs TensorRT-LLM, which needs an NVIDIA GPU "
+                f"(pip install 'batchpipe[trtllm]'): tensorrt_llm is not importable: {exc}"
+            ) from exc
+        from worker.engines.hf.model import ChatEncoder, load_tokenizer
+
+        source = locate_model(self._config.model)
+        if source.gguf_file:
+            raise ModelLoadError(
+                f"TensorRT-LLM loads Hugging Face checkpoints, not GGUF ({source}): "
+                "set engine.model to a local model directory"
+            )
+        tokenizer = load_tokenizer(source)
+        try:
+            self._llm = LLM(
+                model=str(source.directory),
+                backend="pytorch",
+                dtype=self._config.dtype,
+                max_batch_size=self._batching.max_batch_size,
+                max_num_tokens=self._batching.max_batch_tokens,
+                load_format=self._config.load_format,
+                kv_cache_config=KvCacheConfig(
+                    free_gpu_memory_fraction=self._config.gpu_memory_fraction,
+                    # batching.shared_prefix: prompts with a common prefix reuse its KV blocks
+                    enable_block_reuse=self._batching.shared_prefix,
+                ),
+            )
+        except Exception as exc:
+            raise ModelLoadError(f"TensorRT-LLM cannot load {source}: {exc}") from exc
+        self._sampling_params = SamplingParams
+        self._request_error = RequestError
+        self._encoder = ChatEncoder(tokenizer, len(tokenizer))
+        self._loop = LoopThread("trtllm-loop")
+        self._gpu_counter = gpu_counter()
+
+    def encode(self, request: InferenceRequest) -> tuple[int, ...]:
+        if self._encoder is None:
+            raise RuntimeError("TrtLlmEngine.load() has not been called")
+        ids: tuple[int, ...] = self._encoder.encode(request)
+        return ids
+
+    def submit(self, item: EngineInput) -> None:
+        loop = self._loaded()
+        self._raise_if_failed()
+        run = _Run(item)
+        with self._lock:
+            self._running[item.key] = run
+            self._reserved += run.tokens
+            if len(self._running) == 1:
+                self._busy.enter_context(self._meter.busy())
+        loop.spawn(self._serve(run))
+
+    def abort(self, keys: Collection[str]) -> None:
+        loop = self._loaded()
+        with self._lock:
+            runs = [self._running[key] for key in keys if key in self._running]
+            for run in runs:
+                self._forget(run)
+        for run in runs:
+            loop.call(self._abort_on_loop, run)
+
+    def completions(self, timeout_s: float = 0.0) -> list[Completion]:
+        self._loaded()
+        found: list[Completion | None] = []
+        with contextlib.suppress(queue.Empty):
+            found.append(
+                self._done.get(timeout=timeout_s) if timeout_s > 0 else self._done.get_nowait()
+            )
+            while True:
+                found.append(self._done.get_nowait())
+        self._raise_if_failed()
+        return [c for c in found if c is not None]
+
+    def capacity(self) -> Capacity:
+        with self._lock:
+            return Capacity(
+                sequences=max(0, self._batching.max_batch_size - len(self._running)),
+                tokens=max(0, self._batching.max_batch_tokens - self._reserved),
+            )
+
+    def utilization(self) -> float:
+        busy = self._meter.fraction()
+        return self._gpu_counter() if self._gpu_counter is not None else busy
+
+    def close(self) -> None:
+        if self._loop is not None:
+            with self._lock:
+                keys = list(self._running)
+            self.abort(keys)
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None
+        if self._loop is not None:
+            self._loop.stop(timeout_s=10.0)
+            self._loop = None
+
+    # -- on the loop's thread --------------------------------------------------------
+
+    async def _serve(self, run: _Run) -> None:
+        if run.aborted:
+            return
+        item = run.item
+        try:
+            params = self._sampling_params(
+                **sampling_kwargs(item.sampling, ignore_eos=self._ignore_eos)
+            )
+            # on the loop's thread: the result binds its reply queue to this running loop
+            run.handle = self._llm.generate_async(
+                list(item.prompt_token_ids), sampling_params=params
+            )
+        except (ValueError, self._request_error) as exc:
+            self._finish(run, rejected(item, exc))
+            return
+        except Exception as exc:
+            self._fail(exc)
+            return
+        try:
+            result = await asyncio.wait_for(run.handle.aresult(), self._config.engine_timeout_s)
+        except asyncio.TimeoutError:
+            run.handle.abort()
+            timeout = self._config.engine_timeout_s
+            self._finish(
+                run,
+                failed(
+                    item, ErrorCode.ENGINE_FAILED, f"no result within engine_timeout_s={timeout}"
+                ),
+            )
+        except self._request_error as exc:
+            self._finish(run, rejected(item, exc))
+        except Exception as exc:
+            self._fail(exc)
+        else:
+            self._finish(run, completion(item, result.outputs[0]))
+
+    def _abort_on_loop(self, run: _Run) -> None:
+        run.aborted = True
+        if run.handle is not None and not run.handle.finished:
+            run.handle.abort()
+
+    def _finish(self, run: _Run, done: Completion) -> None:
+        with self._lock:
+            if self._running.get(run.item.key) is not run:
+                return  # aborted: never completed
+            self._forget(run)
+        self._done.put(done)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+        self._done.put(None)
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _forget(self, run: _Run) -> None:  # under self._lock
+        del self._running[run.item.key]
+        self._reserved -= run.tokens
+        if not self._running:
+            self._busy.close()
+
+    def _loaded(self) -> LoopThread:
+        if self._loop is None:
+            raise RuntimeError("TrtLlmEngine.load() has not been called")
+        return self._loop
+
+    def _raise_if_failed(self) -> None:
+        if self._failure is not None:
+            raise TrtLlmFailed(f"TensorRT-LLM failed: {self._failure}") from self._failure
