@@ -183,18 +183,25 @@ def adaptive_headline(r: Result) -> str:
 
 
 def gpu_headline(r: Result) -> str:
+    hf = r["hf"]
     parts = []
-    for pinned in (True, False):
-        runs = [run for run in r["runs"] if run["pinned"] is pinned]
-        if runs:
-            rates = " / ".join(str(run["tokens_per_s"]) for run in runs)
-            sizes = "/".join(str(run["batch_size"]) for run in runs)
-            parts.append(f"{'pinned' if pinned else 'pageable'} {rates} tok/s at {sizes}")
-    staging = r["staging_64x2048_ms"]
-    return (
-        f"{r['gpu']}: {'; '.join(parts)}; staging 64 × 2048 ids: {staging['pinned']} ms pinned, "
-        f"{staging['pageable']} ms pageable"
-    )
+    if "runs" in hf:
+        for pinned in (True, False):
+            runs = [run for run in hf["runs"] if run["pinned"] is pinned]
+            if runs:
+                rates = " / ".join(str(run["tokens_per_s"]) for run in runs)
+                sizes = "/".join(str(run["batch_size"]) for run in runs)
+                parts.append(f"hf {'pinned' if pinned else 'pageable'} {rates} tok/s at {sizes}")
+        staging = hf["staging_64x2048_ms"]
+        pinned, pageable = staging["pinned"], staging["pageable"]
+        parts.append(f"staging 64 × 2048 ids {pinned} ms pinned, {pageable} ms pageable")
+    for name in ("hf", "trtllm", "vllm"):
+        section = r.get(name, {})
+        if "tokens_per_s" in section:
+            parts.append(f"{name} in flight {section['tokens_per_s']} tok/s at {section['batch']}")
+        elif "runs" not in section:
+            parts.append(f"{name}: {section.get('skipped') or section.get('error', 'not run')}")
+    return f"{r['gpu']}: {'; '.join(parts)}"
 
 
 @dataclass(frozen=True)
@@ -290,9 +297,10 @@ BENCHES: tuple[Bench, ...] = (
     ),
     Bench(
         "gpu_check.sh",
-        "gpu_hf_engine",
+        "gpu_check",
         "bench/gpu_check.sh",
-        "the hf engine on one NVIDIA GPU, random-weight Llama, with and without the pinned pool",
+        "one NVIDIA GPU, random-weight Llama: the hf engine with and without the pinned pool, "
+        "the trtllm engine in flight and vLLM on dummy weights",
         lambda r: f"{r['model']}, {r['prompt_tokens']} prompt + {r['new_tokens']} new tokens",
         gpu_headline,
     ),

@@ -1,52 +1,46 @@
-"""The hf engine on an NVIDIA GPU, for a machine that has one (run by bench/gpu_check.sh).
+"""The engine checks that need an NVIDIA GPU, as one run (started by bench/gpu_check.sh).
 
-Nothing can be downloaded there, so the model is a Llama built from a ``LlamaConfig``
-with random weights (TinyLlama-1.1B's shape, bf16) and a word-level tokenizer made in
-memory; requests are fed as ``prompt_token_ids``. Fixed lengths: 256 prompt tokens,
-128 generated (EOS suppressed), greedy.
+Nothing can be downloaded on the GPU machine, so the model is a Llama built from a
+``LlamaConfig`` (TinyLlama-1.1B's shape, bf16) with random weights and a word-level
+tokenizer made in memory; requests are fed as token ids. Fixed lengths: 256 prompt tokens,
+128 generated (EOS ignored), greedy. Three sections, each in a process of its own with a
+share of ``--budget-s``, so one engine's failure or memory never spoils another's:
 
-Measures, written to bench/results/gpu_hf_engine.json:
+* ``hf``: generated tokens/s of the hf engine at batch 1, 8, 32, 64, with the pinned
+  staging pool and without it (``engine.pinned_memory``), whether greedy text matches the
+  batch-1 run, and the staging step alone (64 × 2048 ids host → device), pinned vs not;
+* ``trtllm``: the trtllm engine in flight on ``load_format="dummy"``, when ``tensorrt_llm``
+  is importable (bench/gpu_check_engines.py);
+* ``vllm``: vLLM's own ``LLM.generate`` on ``load_format="dummy"``, when ``vllm`` is
+  importable (bench/gpu_check_engines.py).
 
-* generated tokens/s at batch 1, 8, 32, 64, with the pinned staging pool and without it
-  (``engine.pinned_memory``), and whether greedy text matches the batch-1 run;
-* the staging step alone (host buffers → device) for a 64 × 2048 batch, pinned vs not.
-
-Stops starting new measurements once ``--budget-s`` is spent and writes what it has.
+Writes bench/results/gpu_check.json; a section that could not run records why.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import random
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from worker.config import BatchingConfig, EngineConfig, GenerationConfig
-from worker.engines.base import Completion, EngineInput, ResolvedSampling
-from worker.engines.hf.engine import HFEngine
-from worker.engines.hf.pinned import PinnedBufferPool
-from worker.wire.messages import SamplingParams
-
 PROMPT_TOKENS = 256
 NEW_TOKENS = 128
 VOCAB = 32000
+SECTIONS = {"hf": 0.3, "trtllm": 0.45, "vllm": 0.25}  # shares of the budget
+ENGINE_MODULES = {"trtllm": "tensorrt_llm", "vllm": "vllm"}
 
 
-def random_llama(device: torch.device, layers: int) -> tuple[Any, Any]:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+def llama_config(layers: int) -> Any:
+    from transformers import LlamaConfig
 
-    words = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(VOCAB - 3)]
-    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
-    )
-    config = LlamaConfig(
+    return LlamaConfig(
         vocab_size=VOCAB,
         hidden_size=2048,
         intermediate_size=5632,
@@ -56,110 +50,79 @@ def random_llama(device: torch.device, layers: int) -> tuple[Any, Any]:
         max_position_embeddings=2048,
         bos_token_id=1,
         eos_token_id=2,
+        dtype="bfloat16",
     )
-    torch.manual_seed(0)
-    with device:
-        model = LlamaForCausalLM(config).bfloat16()
-    return model, tokenizer
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def word_tokenizer() -> Any:
+    """A word-level tokenizer over ``VOCAB`` made-up words: every id decodes to a word."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(VOCAB - 3)]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
 
 
-def measure(
-    engine: HFEngine, inputs: list[EngineInput], size: int
-) -> tuple[float, dict[str, Completion]]:
-    done: dict[str, Completion] = {}
-    sync(engine.device)
-    start = time.perf_counter()
-    for first in range(0, len(inputs), size):
-        engine.run_batch(inputs[first : first + size], lambda c: done.__setitem__(c.key, c))
-    sync(engine.device)
-    return time.perf_counter() - start, done
+def prompts(count: int) -> list[tuple[int, ...]]:
+    rng = random.Random(0)
+    return [tuple(rng.randrange(3, VOCAB) for _ in range(PROMPT_TOKENS)) for _ in range(count)]
 
 
-def staging_ms(device: torch.device, pinned: bool, repeats: int = 50) -> float:
-    pool = PinnedBufferPool(device, 64 * 2048, pin=pinned)
-    rows = [[random.randrange(VOCAB) for _ in range(2048)] for _ in range(64)]
-    pool.stage(rows, 0)
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        staged = pool.stage(rows, 0)
-        staged.input_ids.sum()  # a consumer on the compute stream, as generate would be
-    sync(device)
-    return (time.perf_counter() - start) / repeats * 1000
+def section_command(name: str, args: argparse.Namespace, out: Path, budget_s: float) -> list[str]:
+    module = "bench.gpu_check_hf" if name == "hf" else "bench.gpu_check_engines"
+    command = [sys.executable, "-m", module, "--out", str(out), "--layers", str(args.layers)]
+    command += ["--batch-sizes", args.batch_sizes, "--device", args.device]
+    command += ["--budget-s", f"{budget_s:.0f}"]
+    return command + ([] if name == "hf" else ["--engine", name])
+
+
+def run_section(name: str, args: argparse.Namespace, budget_s: float) -> dict[str, Any]:
+    module = ENGINE_MODULES.get(name)
+    if module is not None and importlib.util.find_spec(module) is None:
+        return {"skipped": f"{module} is not importable on this machine"}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / f"{name}.json"
+        command = section_command(name, args, out, budget_s)
+        try:
+            # the section stops starting work at its budget; the margin lets it finish a step
+            done = subprocess.run(command, timeout=budget_s + 20, capture_output=True, text=True)
+        except subprocess.TimeoutExpired:
+            return {"error": f"did not finish within {budget_s + 20:.0f} s"}
+        sys.stderr.write(done.stderr[-4000:])
+        if done.returncode != 0 or not out.exists():
+            return {"error": f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"}
+        section: dict[str, Any] = json.loads(out.read_text())
+        return section
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-sizes", default="1,8,32,64")
-    parser.add_argument("--budget-s", type=float, default=420.0)
-    parser.add_argument("--device", default="cuda", help="cpu: a smoke test of this script")
+    parser.add_argument("--budget-s", type=float, default=450.0)
+    parser.add_argument("--device", default="cuda", help="cpu: a smoke test of the hf section")
     parser.add_argument("--layers", type=int, default=22)
-    parser.add_argument("--out", type=Path, default=Path("bench/results/gpu_hf_engine.json"))
+    parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--out", type=Path, default=Path("bench/results/gpu_check.json"))
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_check: torch sees no CUDA device (is this the GPU machine?)")
     started = time.perf_counter()
-    sizes = [int(s) for s in args.batch_sizes.split(",")]
-    model, tokenizer = random_llama(device, args.layers)
-    rng = random.Random(0)
-    count = max(8, 2 * max(sizes))
-    prompts = [tuple(rng.randrange(3, VOCAB) for _ in range(PROMPT_TOKENS)) for _ in range(count)]
-    greedy = ResolvedSampling.resolve(
-        SamplingParams(max_tokens=NEW_TOKENS, temperature=0), None, GenerationConfig()
-    )
-    inputs = [EngineInput(str(i), ids, greedy) for i, ids in enumerate(prompts)]
     result: dict[str, Any] = {
-        "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "none (cpu)",
+        "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "none (cpu)",
         "torch": torch.__version__,
         "model": f"random-weight Llama, TinyLlama-1.1B shape, {args.layers} layers, bf16",
         "prompt_tokens": PROMPT_TOKENS,
         "new_tokens": NEW_TOKENS,
-        "runs": [],
-        "staging_64x2048_ms": {
-            "pinned": staging_ms(device, True),
-            "pageable": staging_ms(device, False),
-        },
     }
-    batching = BatchingConfig(max_batch_size=max(sizes), max_batch_tokens=8192)
-    alone: dict[bool, dict[str, Completion]] = {}
-    for pinned in (True, False):
-        config = EngineConfig(
-            model="random-llama",
-            device="cuda" if device.type == "cuda" else "cpu",
-            pinned_memory=pinned,
-        )
-        engine = HFEngine(config, batching=batching, ignore_eos=True, preloaded=(model, tokenizer))
-        engine.load()
-        measure(engine, inputs[:2], 2)  # warm-up: kernels, allocator
-        for size in sizes:
-            if time.perf_counter() - started > args.budget_s:
-                result["stopped_early"] = f"budget of {args.budget_s} s spent"
-                break
-            batch_inputs = inputs[: max(8, 2 * size)]
-            seconds, done = measure(engine, batch_inputs, size)
-            if size == 1:
-                alone[pinned] = done
-            baseline = alone.get(pinned, {}) if size > 1 else {}
-            same = sum(done[k].text == baseline[k].text for k in baseline)
-            run = {
-                "pinned": pinned,
-                "batch_size": size,
-                "requests": len(batch_inputs),
-                "tokens_per_s": round(len(batch_inputs) * NEW_TOKENS / seconds, 1),
-                "identical_to_batch_1": f"{same}/{len(baseline)}" if baseline else None,
-                "max_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)
-                if device.type == "cuda"
-                else None,
-            }
-            result["runs"].append(run)
-            print(json.dumps(run), flush=True)
-        engine.close()
+    for name in args.sections.split(","):
+        result[name] = run_section(name, args, args.budget_s * SECTIONS[name])
+        print(json.dumps({name: result[name]})[:2000], flush=True)
     result["seconds"] = round(time.perf_counter() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

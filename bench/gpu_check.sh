@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The engine checks that need an NVIDIA GPU, as one script for a lent GPU machine
-# (under 8 minutes): the CUDA paths of the pinned staging pool's unit tests, then
-# bench/gpu_check.py (hf engine throughput with and without pinned staging), which
-# writes bench/results/gpu_hf_engine.json. Needs a Python whose torch has CUDA, plus
+# The engine checks that need an NVIDIA GPU, as one script for a lent GPU machine (under
+# 9 minutes): the CUDA paths of the pinned staging pool's unit tests, then bench/gpu_check.py
+# — the hf engine on CUDA with and without pinned staging, the trtllm engine in flight on
+# load_format="dummy" if tensorrt_llm is importable, vLLM if vllm is importable — which
+# writes bench/results/gpu_check.json. Needs a Python whose torch has CUDA, plus
 # transformers and tokenizers; nothing is downloaded. PYTHON=... picks the interpreter.
+# Not run yet: no NVIDIA GPU was available to this project (docs/deploy.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -15,4 +17,4 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
 if "$PY" -c 'import pytest' 2>/dev/null; then
   timeout 60 "$PY" -m pytest -q -p no:cacheprovider tests/unit/worker/engines/test_pinned.py
 fi
-timeout 420 "$PY" -m bench.gpu_check "$@"
+timeout 480 "$PY" -m bench.gpu_check --budget-s 420 "$@"

@@ -15,8 +15,12 @@ from bench import run_all
 
 BENCH = Path(run_all.__file__).resolve().parent
 # shared helpers, the charts, the published figures, the runner itself, and the check for a
-# machine with a GPU
-NOT_BENCHMARKS = {"__init__", "common", "plot", "figures", "tables", "run_all", "gpu_check"}
+# machine with a GPU (gpu_check and its sections)
+NOT_BENCHMARKS = {"__init__", "common", "plot", "figures", "tables", "run_all"} | {
+    "gpu_check",
+    "gpu_check_hf",
+    "gpu_check_engines",
+}
 
 
 def test_run_all_runs_every_benchmark_module() -> None:

@@ -166,8 +166,12 @@ class TrtLlmEngine(InFlightEngine):
             )
             while True:
                 found.append(self._done.get_nowait())
-        self._raise_if_failed()
-        return [c for c in found if c is not None]
+        done = [c for c in found if c is not None]
+        if len(done) < len(found):
+            self._done.put(None)  # the failure is for good: wake every later reader too
+        if not done:  # what finished before a failure is still handed out first
+            self._raise_if_failed()
+        return done
 
     def capacity(self) -> Capacity:
         with self._lock:

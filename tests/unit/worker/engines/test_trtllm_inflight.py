@@ -192,12 +192,16 @@ def test_greedy_and_top_p_zero_are_sent_as_top_k_one(
     assert (sent.top_k, sent.top_p, sent.temperature) == expected
 
 
-def test_a_failed_executor_raises_from_completions_and_submit(
+def test_a_failed_executor_raises_from_completions_and_submit_after_what_finished(
     fake_trtllm: tuple[TrtLlmEngine, Any],
 ) -> None:
     engine, llm = fake_trtllm
+    engine.submit(EngineInput("before", words(engine, "red"), resolved(max_tokens=1)))
+    until(lambda: len(llm.executor.answered) == 1, "the first request's reply")
     llm.executor.crash(RuntimeError("CUDA error: an illegal memory access"))
     engine.submit(EngineInput("k", words(engine, "red"), resolved(max_tokens=1)))
+    until(lambda: len(llm.executor.answered) == 2, "the failed reply")
+    assert [c.key for c in engine.completions(timeout_s=5.0)] == ["before"]
     with pytest.raises(TrtLlmFailed, match="illegal memory access"):
         engine.completions(timeout_s=5.0)
     with pytest.raises(TrtLlmFailed):
