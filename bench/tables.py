@@ -23,6 +23,7 @@ from pathlib import Path
 
 from bench.common import RESULTS
 from bench.figures import BENCHES, README_ROWS, Result, n, variant
+from tests.integration.chaos_report import COMMAND as CHAOS_COMMAND
 
 ROOT = RESULTS.parent.parent
 DOCUMENTS = (ROOT / "README.md", ROOT / "bench" / "README.md")
@@ -131,12 +132,37 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
+def guarantees_block(results: Results) -> str:
+    """The chaos suite's scenarios (``tests/integration/test_chaos*.py``), one row each."""
+    chaos = results.get("chaos")
+    if chaos is None:
+        return _absent("chaos", CHAOS_COMMAND)
+    command = chaos.get("command", CHAOS_COMMAND)
+    lines = [
+        "| scenario | requests | answered | duplicates in `collect` output "
+        "| raw duplicates on the topics | restarts | longest stall | lag 0 after the last answer |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in chaos["scenarios"]:
+        lines.append(
+            f"| {row['scenario']} | {n(row['requests'])} | {n(row['answered'])} "
+            f"| {row['collect_duplicates']} | {row['raw_duplicates']} | {row['restarts']} "
+            f"| {row['longest_stall_s']:.1f} s | {row['lag_zero_s']:.1f} s |"
+        )
+    lines += [
+        "",
+        f"From `bench/results/chaos.json`, written by the chaos suite itself: `{command}`.",
+    ]
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Callable[[Results], str]] = {
     "machine": machine_block,
     "readme-figures": readme_figures_block,
     "readme-pipeline": readme_pipeline_block,
     "bench-table": bench_table_block,
     "bench-durations": bench_durations_block,
+    "guarantees": guarantees_block,
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
 import threading
@@ -158,9 +159,15 @@ def write_config(config: Config, path: Path) -> Path:
 
 
 def start_worker_process(config_path: Path, *sets: str) -> subprocess.Popen[bytes]:
+    """``batchpipe worker -c config_path --set …`` as a child process.
+
+    The test's own ``BATCHPIPE_*`` variables (``BATCHPIPE_CHAOS_REPORT``, or a developer's
+    settings) are not passed on: the worker would read them as configuration.
+    """
     args = [a for s in sets for a in ("--set", s)]
     command = [sys.executable, "-m", "batchpipe.cli", "worker", "-c", str(config_path), *args]
-    return subprocess.Popen(command, cwd=ROOT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHPIPE_")}
+    return subprocess.Popen(command, cwd=ROOT, env=env)
 
 
 class ResultWatcher:

@@ -10,6 +10,7 @@ import pytest
 from bench import tables
 from bench.common import RESULTS
 from bench.figures import Result
+from tests.integration.chaos_report import ChaosReport, ScenarioReport
 
 
 def test_readme_figures_match_the_committed_results(capsys: pytest.CaptureFixture[str]) -> None:
@@ -82,3 +83,14 @@ def test_a_marker_without_its_partner_fails(tmp_path: Path) -> None:
 def test_an_unknown_block_is_refused() -> None:
     with pytest.raises(KeyError, match="no-such-block"):
         tables.render("<!-- bench:no-such-block -->\n<!-- /bench:no-such-block -->", {})
+
+
+def test_the_guarantees_table_renders_what_the_chaos_suite_wrote(tmp_path: Path) -> None:
+    report = ChaosReport()
+    row = ScenarioReport("3 SIGKILLs in 3,000 requests", 3000, 3000, 0, 32, 3, 14.36, 0.07)
+    report.add(row)
+    report.write(tmp_path / "chaos.json")
+    block = tables.guarantees_block(tables.load_results(tmp_path))
+    assert "| 3 SIGKILLs in 3,000 requests | 3,000 | 3,000 | 0 | 32 | 3 | 14.4 s | 0.1 s |" in block
+    assert "BATCHPIPE_CHAOS_REPORT=bench/results/chaos.json" in block
+    assert "not measured: `bench/results/chaos.json` is absent" in tables.guarantees_block({})
