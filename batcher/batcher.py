@@ -232,6 +232,27 @@ class DynamicBatcher(Generic[T]):
             self._forget(item)
         return dropped
 
+    def drop_where(self, doomed: Callable[[Pending[T]], bool]) -> list[Pending[T]]:
+        """Remove and return every queued item and every follower for which ``doomed`` holds.
+
+        Running items stay: they are on the engine and answer when they finish (a static
+        engine cannot stop part of a batch). A dropped leader's other followers are not
+        lost: the first becomes the leader, back in the queue.
+        """
+        dropped: list[Pending[T]] = []
+        for leader in self.queued():
+            if doomed(leader):
+                self._dequeue(leader)
+                dropped.append(leader)
+                dropped.extend(self._hand_over(leader, keep=lambda f: not doomed(f)))
+        for _, follower in self._index.all_followers():
+            if doomed(follower):
+                self._index.remove_follower(follower.key)
+                dropped.append(follower)
+        for item in dropped:
+            self._forget(item)
+        return dropped
+
     def _hand_over(
         self, leader: Pending[T], keep: Callable[[Pending[T]], bool]
     ) -> list[Pending[T]]:

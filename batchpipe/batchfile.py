@@ -38,6 +38,16 @@ class FileLimits:
 DEFAULT_LIMITS = FileLimits()
 
 
+@dataclass(frozen=True)
+class FileScan:
+    """What validating a file found: its requests, their kinds (``chat``,
+    ``completions``) and the model of its first request."""
+
+    total: int
+    endpoints: frozenset[str]
+    model: str
+
+
 class LineProblem(NamedTuple):
     """One rejected line: its 1-based number (0 for the file as a whole), code, reason."""
 
@@ -72,6 +82,7 @@ class _Checker:
         self.count = 0
         self._seen: set[str] = set()
         self._model: tuple[int, str] | None = None  # (first line, model name)
+        self.endpoints: set[str] = set()
 
     def reject(self, line_no: int, code: int, message: str) -> None:
         self.problems.append(LineProblem(line_no, code, message))
@@ -107,6 +118,7 @@ class _Checker:
         if req.custom_id in self._seen:
             self.reject(line_no, ErrorCode.MALFORMED, f"duplicate custom_id {req.custom_id!r}")
         self._seen.add(req.custom_id)
+        self.endpoints.add(req.endpoint)
         if self._model is None:
             self._model = (line_no, req.model)
         elif self.limits.one_model and req.model != self._model[1]:
@@ -119,12 +131,13 @@ class _Checker:
             )
         return req
 
-    def finish(self, source: str) -> int:
+    def finish(self, source: str) -> FileScan:
         if self.count == 0:
             self.reject(0, ErrorCode.MALFORMED, "the batch holds no requests")
         if self.problems:
             raise BatchFileError(source, self.problems)
-        return self.count
+        model = self._model[1] if self._model else ""
+        return FileScan(self.count, frozenset(self.endpoints), model)
 
 
 def _lines(stream: BinaryIO, max_line_bytes: int) -> Iterator[tuple[int, bytes | None, int]]:
@@ -159,6 +172,11 @@ def validate_file(path: str | os.PathLike[str], limits: FileLimits = DEFAULT_LIM
 
     Raises :class:`BatchFileError` listing every problem, or :class:`OSError`.
     """
+    return scan_file(path, limits).total
+
+
+def scan_file(path: str | os.PathLike[str], limits: FileLimits = DEFAULT_LIMITS) -> FileScan:
+    """:func:`validate_file`, telling also the kinds of request and the model."""
     file = Path(path)
     size = file.stat().st_size
     if size > limits.max_file_bytes:

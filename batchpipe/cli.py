@@ -239,6 +239,25 @@ def build_parser() -> argparse.ArgumentParser:
     _since_option(status)
     status.set_defaults(func=_status)
 
+    serve = commands.add_parser(
+        "serve",
+        parents=[common],
+        help="serve the OpenAI Files + Batches API over Kafka",
+        description="Serve the OpenAI-compatible Files and Batches API (POST /v1/files, "
+        "POST /v1/batches, ...) on api.host:api.port, so the official openai SDK works "
+        "with only base_url and api_key changed. Keys: api.keys_file and "
+        "BATCHPIPE_API_KEYS (comma-separated). See docs/api.md.",
+        formatter_class=_FORMATTER,
+    )
+    serve.add_argument("--host", help="interface to listen on (default: api.host, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default: api.port, 8000)")
+    serve.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="accept requests without an API key; only on a loopback host, for local use",
+    )
+    serve.set_defaults(func=_serve)
+
     demo = commands.add_parser(
         "demo",
         parents=[common],
@@ -308,6 +327,21 @@ def _worker(args: argparse.Namespace) -> int:
     fmt = args.log_format or config.worker.log_format
     setup_logging(config.worker.log_level, fmt)
     return run_worker(config)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from batchpipe.api.app import serve
+    from batchpipe.api.auth import load_keys
+    from worker.obs.logs import setup_logging
+
+    config = load(args)
+    api = config.api
+    api = replace(
+        api, host=args.host or api.host, port=api.port if args.port is None else args.port
+    )
+    config = replace(config, api=api)
+    setup_logging(config.worker.log_level, config.worker.log_format)
+    return serve(config, load_keys(api, no_auth=args.no_auth))
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -143,6 +143,17 @@ class Client:
         total = validate_file(path, self.limits)
         return self._publish(iter_file(path, self.limits), total, batch_id)
 
+    def publish_file(
+        self, path: str | os.PathLike[str], total: int, batch_id: str
+    ) -> SubmitReceipt:
+        """Publish a file that :func:`~batchpipe.batchfile.validate_file` already accepted
+        (the API server validates each file once, at upload); see :meth:`submit`.
+
+        Publishing again with the same ``batch_id`` fences an earlier publisher of it and
+        duplicates nothing that readers count: results are kept once per ``custom_id``.
+        """
+        return self._publish(iter_file(path, self.limits), total, batch_id)
+
     def _publish(
         self,
         requests: Iterable[InferenceRequest],

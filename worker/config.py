@@ -23,6 +23,9 @@ import yaml
 from worker.errors import BatchpipeError
 
 ENV_PREFIX = "BATCHPIPE_"
+#: API keys for ``batchpipe serve`` (comma-separated): secrets, never configuration,
+#: so they never appear in a merged or printed configuration
+API_KEYS_ENV = "BATCHPIPE_API_KEYS"
 
 
 class ConfigError(BatchpipeError, ValueError):
@@ -36,6 +39,10 @@ class KafkaConfig:
     requests_topic: str = "batchpipe.requests"
     results_topic: str = "batchpipe.results"
     dead_letter_topic: str = "batchpipe.dead-letter"
+    # compacted: one record per cancelled or expired batch, read by every worker
+    control_topic: str = "batchpipe.control"
+    # compacted: the API's file and batch records (batchpipe serve)
+    state_topic: str = "batchpipe.api-state"
     partitions: int = 6  # used when the worker creates missing topics
     replication_factor: int = 1
     delivery: Literal["exactly_once", "at_least_once"] = "exactly_once"
@@ -98,6 +105,29 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class ApiConfig:
+    """``batchpipe serve``: the OpenAI Files + Batches API (docs/api.md)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    # one API key per line (``owner: key`` or a bare key); BATCHPIPE_API_KEYS adds more
+    keys_file: str = ""
+    store: Literal["local", "s3"] = "local"
+    store_dir: str = "batchpipe-files"  # store: local
+    s3_bucket: str = ""  # store: s3 (credentials from boto3's usual sources)
+    s3_prefix: str = "batchpipe/"
+    s3_endpoint_url: str = ""  # empty: AWS; else any S3-compatible server
+    s3_region: str = "us-east-1"
+    max_file_bytes: int = 200 * 1024 * 1024
+    max_lines: int = 50_000
+    max_line_bytes: int = 6 * 1024 * 1024
+    # a cancelled batch's requests no worker answered within this long are written to
+    # its error file as batch_cancelled by the server itself
+    cancel_grace_s: float = 600.0
+    poll_interval_ms: int = 500  # how often the server looks at its batches' progress
+
+
+@dataclass(frozen=True)
 class WorkerConfig:
     worker_id: str = ""  # stable per instance (transactional.id); default: hostname-pid
     drain_timeout_s: float = 30.0
@@ -115,6 +145,7 @@ class Config:
     limits: LimitsConfig = LimitsConfig()
     metrics: MetricsConfig = MetricsConfig()
     worker: WorkerConfig = WorkerConfig()
+    api: ApiConfig = ApiConfig()
 
     def to_dict(self) -> dict[str, Any]:
         plain: dict[str, Any] = _plain(asdict(self))
@@ -187,6 +218,15 @@ def _inconsistencies(config: Config) -> list[str]:
             f"({b.prefetch_count}): at most prefetch_count requests are in the worker at once, "
             "so no batch would ever fill and every batch would wait batching.timeout_ms"
         )
+    if config.api.s3_endpoint_url and config.api.store != "s3":
+        found.append("api.s3_endpoint_url: set, but api.store is not s3")
+    if config.api.store == "s3" and not config.api.s3_bucket:
+        found.append("api.s3_bucket: required when api.store is s3")
+    if config.api.max_line_bytes > config.api.max_file_bytes:
+        found.append(
+            f"api.max_line_bytes: {config.api.max_line_bytes} exceeds api.max_file_bytes "
+            f"({config.api.max_file_bytes})"
+        )
     return found
 
 
@@ -227,7 +267,7 @@ def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for name, raw in sorted(environ.items()):
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name == API_KEYS_ENV:
             continue
         path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
         value: Any = _parse_scalar(raw)

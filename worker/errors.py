@@ -16,6 +16,8 @@ class ErrorCode(IntEnum):
     INVALID_PARAMETER = 4002  # a value out of range, unknown url or model
     OVER_LIMIT = 4003  # bytes, decompressed bytes, tokens
     DEADLINE_EXCEEDED = 4004  # the request's deadline passed before it ran
+    BATCH_CANCELLED = 4005  # its batch was cancelled before the request ran
+    BATCH_EXPIRED = 4006  # its batch's completion window passed before the request ran
     ENGINE_FAILED = 5000  # the engine failed on this request after split-and-retry
     MODEL_LOAD_FAILED = 5003  # the model failed to load, or is unknown
 

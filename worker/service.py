@@ -27,6 +27,7 @@ from batcher import (
     Pending,
 )
 from worker import __version__
+from worker.cancellations import Cancellations
 from worker.config import Config
 from worker.engine_stage import EngineStage
 from worker.engines.base import Engine, StaticEngine
@@ -107,6 +108,7 @@ class Worker:
         self._publisher: Publisher | None = None
         self._outbox: Outbox | None = None
         self._engine_stage: EngineStage | None = None
+        self._stops: Cancellations | None = None
 
     @property
     def engine_stage(self) -> EngineStage:
@@ -153,6 +155,7 @@ class Worker:
     def _start_kafka(self) -> None:
         k = self.config.kafka
         self.clients.ensure_topics([k.requests_topic, k.results_topic, k.dead_letter_topic])
+        self._stops = Cancellations(self.clients.control())
         self._consumer = self.clients.consumer()
         self._lag = LagProbe(self._consumer, self.metrics, self._unanswered)
         self._publisher = self.clients.publisher(
@@ -211,6 +214,7 @@ class Worker:
         for message in self._poll(draining):
             self._decode_admit(message, now)
         self._expire(now)
+        self._cancel()
         self.engine_stage.collect()
         self.engine_stage.dispatch(now, flush=draining)
         self._publish_and_commit(now)
@@ -239,6 +243,8 @@ class Worker:
             self._consumer.close()  # leaves the group now, not after session.timeout.ms
         if self._publisher is not None:
             self._publisher.close()
+        if self._stops is not None:
+            self._stops.close()
         if self._engine_stage is not None:
             self._engine_stage.stop()
         self.engine.close()
@@ -287,7 +293,11 @@ class Worker:
         with self.metrics.stage("decode"):
             outcome = self.intake.take(source, message.value(), message.headers(), now)
         if isinstance(outcome, Pending):
-            if self.batcher.add(outcome, now):
+            assert self._stops is not None
+            stop = self._stops.stop_for(outcome.payload.request.batch_id)
+            if stop is not None:
+                self.outbox.failure(outcome.payload, stop.code, stop.message)
+            elif self.batcher.add(outcome, now):
                 self.metrics.dedup_hit()
         elif isinstance(outcome, DeadLetter):
             self.outbox.dead_letter(outcome)
@@ -299,6 +309,19 @@ class Worker:
             self.outbox.failure(
                 item.payload, ErrorCode.DEADLINE_EXCEEDED, "deadline passed before the request ran"
             )
+
+    def _cancel(self) -> None:
+        """Answer the queued requests of batches stopped since the last step (4005/4006)
+        without running them; those on the engine finish and keep their results."""
+        assert self._stops is not None
+        stopped = self._stops.poll()
+        if not stopped:
+            return
+        doomed = self.batcher.drop_where(lambda p: p.payload.request.batch_id in stopped)
+        for item in doomed:
+            stop = stopped[item.payload.request.batch_id]
+            self.outbox.failure(item.payload, stop.code, stop.message)
+        log.info("stopped %d batches: %d queued requests answered", len(stopped), len(doomed))
 
     def _publish_and_commit(self, now: float) -> None:
         assert self._publisher is not None

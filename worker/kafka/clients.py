@@ -83,9 +83,17 @@ def admin(kafka: KafkaConfig) -> AdminClient:
 
 
 def ensure_topics(
-    kafka: KafkaConfig, topics: Iterable[str], partitions: int | None = None, timeout_s: float = 30
+    kafka: KafkaConfig,
+    topics: Iterable[str],
+    partitions: int | None = None,
+    timeout_s: float = 30,
+    *,
+    compacted: bool = False,
 ) -> list[str]:
-    """Create the topics that are missing; returns the names created."""
+    """Create the topics that are missing; returns the names created.
+
+    ``compacted`` topics keep the last record per key (``cleanup.policy=compact``).
+    """
     client = admin(kafka)
     existing = set(client.list_topics(timeout=timeout_s).topics)
     wanted = [t for t in dict.fromkeys(topics) if t not in existing]
@@ -93,7 +101,16 @@ def ensure_topics(
         return []
     count = partitions or kafka.partitions
     futures = client.create_topics(
-        [NewTopic(t, count, kafka.replication_factor) for t in wanted], request_timeout=timeout_s
+        [
+            NewTopic(
+                t,
+                count,
+                kafka.replication_factor,
+                config={"cleanup.policy": "compact"} if compacted else {},
+            )
+            for t in wanted
+        ],
+        request_timeout=timeout_s,
     )
     created = []
     for topic, future in futures.items():

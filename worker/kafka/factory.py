@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
 from batcher import OffsetTracker
+from worker.cancellations import ControlReader, TopicReader
 from worker.config import KafkaConfig
 from worker.kafka import clients
 from worker.kafka.consumer import KafkaConsumer
@@ -42,6 +43,10 @@ class KafkaClients(ABC):
     ) -> Publisher:
         """The publisher of ``kafka.delivery``, committing ``tracker``'s offsets."""
 
+    @abstractmethod
+    def control(self) -> ControlReader:
+        """A reader of the control topic (stopped batches) from its beginning."""
+
 
 class ConfluentClients(KafkaClients):
     """The real clients: confluent-kafka (librdkafka) against ``kafka.bootstrap_servers``."""
@@ -60,3 +65,6 @@ class ConfluentClients(KafkaClients):
             prefix = f"batchpipe.{k.group_id}"
             return TransactionalPublisher(k, consumer, tracker, prefix, on_outcome=on_outcome)
         return AtLeastOncePublisher(k, consumer, tracker)
+
+    def control(self) -> ControlReader:
+        return TopicReader(self.kafka)

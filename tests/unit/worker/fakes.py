@@ -331,6 +331,21 @@ class FakePublisher(Publisher):
         self.commit()
 
 
+class FakeControl:
+    """The control topic: values the test appends are read once, in order."""
+
+    def __init__(self) -> None:
+        self.values: deque[bytes] = deque()
+
+    def read(self) -> list[bytes]:
+        read = list(self.values)
+        self.values.clear()
+        return read
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
 class FakeClients(KafkaClients):
     """Hands the worker :attr:`fake_consumer` and a :class:`FakePublisher` on ``broker``."""
 
@@ -338,6 +353,7 @@ class FakeClients(KafkaClients):
         super().__init__(kafka)
         self.broker = broker
         self.fake_consumer = FakeConsumer(broker)
+        self.fake_control = FakeControl()
 
     def ensure_topics(self, topics: Sequence[str]) -> None:
         self.broker.topics.update(topics)
@@ -349,6 +365,9 @@ class FakeClients(KafkaClients):
         self, consumer: KafkaConsumer, tracker: OffsetTracker, on_outcome: OnOutcome
     ) -> FakePublisher:
         return FakePublisher(self.kafka, consumer, tracker, self.broker)
+
+    def control(self) -> FakeControl:
+        return self.fake_control
 
 
 class GatedEngine(StaticEngine):

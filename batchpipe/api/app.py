@@ -1,0 +1,183 @@
+"""The ASGI application (FastAPI) and ``batchpipe serve`` (uvicorn).
+
+Routes: :mod:`.files`, :mod:`.batches`, and ``/healthz`` (the process and its state and
+lifecycle threads live), ``/readyz`` (the state topic read to its end, the file store
+usable), ``/metrics`` (Prometheus). Every error — ours, the framework's validation of
+query parameters, an unknown route — is answered as an OpenAI error object.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import uvicorn
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from batchpipe.api import batches, files
+from batchpipe.api.auth import Keys
+from batchpipe.api.context import Services, file_limits
+from batchpipe.api.errors import ApiError
+from batchpipe.api.lifecycle import Lifecycle
+from batchpipe.api.metrics import ApiMetrics
+from batchpipe.api.state import StateTopic
+from batchpipe.api.store import open_store
+from worker import __version__
+from worker.config import Config
+
+log = logging.getLogger("batchpipe.api")
+
+_START_TIMEOUT_S = 60.0
+
+
+def _start(config: Config, keys: Keys) -> Services:
+    state = StateTopic(config.kafka)
+    state.start()
+    store = open_store(config.api)
+    svc = Services(
+        config=config,
+        keys=keys,
+        state=state,
+        store=store,
+        lifecycle=Lifecycle(config, state, store, file_limits(config.api)),
+        metrics=ApiMetrics(),
+    )
+    svc.lifecycle.start()
+    return svc
+
+
+def create_app(config: Config, keys: Keys) -> FastAPI:
+    """The application; Kafka and the store are opened when it starts (lifespan)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        svc = _start(config, keys)
+        app.state.services = svc
+        try:
+            yield
+        finally:
+            svc.lifecycle.close()
+            svc.state.close()
+
+    app = FastAPI(title="batchpipe", version=__version__, lifespan=lifespan, docs_url=None)
+    app.include_router(files.router)
+    app.include_router(batches.router)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        param = str(first.get("loc", ["", ""])[-1]) or None
+        error = ApiError(400, f"{param}: {first.get('msg', 'invalid')}", param=param)
+        return JSONResponse(error.body(), status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        error = ApiError(exc.status_code, str(exc.detail))
+        return JSONResponse(error.body(), status_code=exc.status_code)
+
+    @app.middleware("http")
+    async def count(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        svc: Services | None = getattr(request.app.state, "services", None)
+        if svc is not None:
+            svc.metrics.request(request.method, response.status_code)
+        return response
+
+    @app.get("/healthz")
+    def healthz(request: Request) -> JSONResponse:
+        svc: Services = request.app.state.services
+        ok = svc.state.healthy and svc.lifecycle.healthy
+        return JSONResponse({"ok": ok}, status_code=200 if ok else 503)
+
+    @app.get("/readyz")
+    def readyz(request: Request) -> JSONResponse:
+        svc: Services = request.app.state.services
+        try:
+            svc.store.check()
+        except Exception as exc:  # any backend's failure makes the server not ready
+            return JSONResponse({"ready": False, "reason": f"file store: {exc}"}, status_code=503)
+        if not svc.state.healthy:
+            return JSONResponse({"ready": False, "reason": "state topic"}, status_code=503)
+        return JSONResponse({"ready": True})
+
+    @app.get("/metrics")
+    def metrics(request: Request) -> Response:
+        svc: Services = request.app.state.services
+        return Response(svc.metrics.exposition(), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+class Server:
+    """The API served by uvicorn on a thread: ``batchpipe serve``, tests and benchmarks.
+
+    ``port`` 0 picks a free one; :attr:`url` is the base URL once started.
+    """
+
+    def __init__(self, config: Config, keys: Keys, *, port: int | None = None) -> None:
+        api = config.api
+        self._server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(config, keys),
+                host=api.host,
+                port=api.port if port is None else port,
+                log_level="warning",
+                access_log=False,
+            )
+        )
+        self._thread = threading.Thread(target=self._server.run, name="api-http", daemon=True)
+        self.host = api.host
+
+    @property
+    def url(self) -> str:
+        sockets = self._server.servers[0].sockets
+        port = sockets[0].getsockname()[1]
+        return f"http://{self.host}:{port}"
+
+    def start(self) -> Server:
+        self._thread.start()
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the API server did not start (see its log)")
+            time.sleep(0.05)
+        return self
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(60)
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(config: Config, keys: Keys) -> int:
+    """Run ``batchpipe serve`` in the foreground until SIGINT/SIGTERM (uvicorn's handlers)."""
+    log.info(
+        "batchpipe API on http://%s:%d (auth %s)",
+        config.api.host,
+        config.api.port,
+        "off" if keys.open else "on",
+    )
+    uvicorn.Server(
+        uvicorn.Config(create_app(config, keys), host=config.api.host, port=config.api.port)
+    ).run()
+    return 0

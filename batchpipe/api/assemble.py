@@ -1,0 +1,120 @@
+"""A batch's output and error files, assembled from the results topic when it ends.
+
+The lines are exactly those ``batchpipe collect`` writes (:func:`batchpipe.collect.
+write_result`), one per ``custom_id``: completions to the output file, failures to the
+error file. A batch that ends cancelled or expired also has requests no worker answered;
+each of them gets an error line with code 4005 ``batch_cancelled`` or 4006
+``batch_expired``, built from the input file, so every ``custom_id`` of the batch appears
+exactly once. File ids are derived from the batch id, so assembling twice (a restart, a
+second replica) writes the same files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from batchpipe.api.records import BatchRecord, Counts, FileRecord, Usage
+from batchpipe.api.store import FileStore
+from batchpipe.batchfile import FileLimits, iter_file
+from batchpipe.collect import BatchTally, batch_results, batch_time, open_reader, write_result
+from worker.cancellations import Stop
+from worker.config import Config
+from worker.jobs import Identity, failed
+from worker.wire.codec import CodecLimits
+
+#: who answers the requests no worker answered, on the error lines
+API_IDENTITY = "batchpipe-api"
+
+
+@dataclass(frozen=True)
+class Assembled:
+    counts: Counts
+    usage: Usage
+    output: FileRecord | None
+    errors: FileRecord | None
+
+
+def output_file_id(batch_id: str, kind: str) -> str:
+    return f"file-{batch_id}-{kind}"
+
+
+@contextmanager
+def _staged(store: FileStore) -> Iterator[tuple[Path, Path]]:
+    with ExitStack() as stack:
+        yield stack.enter_context(store.staging()), stack.enter_context(store.staging())
+
+
+def assemble(
+    config: Config,
+    batch: BatchRecord,
+    input_file: Path,
+    store: FileStore,
+    limits: FileLimits,
+    *,
+    stop: Stop | None,
+    created_at: int,
+) -> Assembled:
+    """Read the batch's results to the end of the topic and store its files.
+
+    With ``stop``, every request without a result gets ``stop``'s error line.
+    """
+    kafka = config.kafka
+    tally = BatchTally(batch.id, batch.counts.total)
+    with _staged(store) as (out_path, err_path):
+        with (
+            out_path.open("w", encoding="utf-8") as out,
+            err_path.open("w", encoding="utf-8") as err,
+        ):
+            consumer, partitions = open_reader(kafka, kafka.results_topic, batch_time(batch.id))
+            try:
+                for result in batch_results(
+                    consumer,
+                    partitions,
+                    tally,
+                    CodecLimits.from_config(config.limits),
+                    until_end=True,
+                    deadline=None,
+                ):
+                    write_result(result, out, err)
+            finally:
+                consumer.close()
+            if stop is not None and not tally.complete:
+                identity = Identity(worker_id=API_IDENTITY, model=batch.model)
+                for req in iter_file(input_file, limits):
+                    stamped = replace(req, batch_id=batch.id, batch_total=batch.counts.total)
+                    answer = failed(
+                        req.custom_id, stop.code, stop.message, identity=identity, request=stamped
+                    )
+                    if tally.add(answer):
+                        write_result(answer, out, err)
+        files = [
+            _store(store, path, batch, kind, created_at)
+            for path, kind in ((out_path, "output"), (err_path, "errors"))
+        ]
+    return Assembled(
+        counts=Counts(batch.counts.total, tally.completed, tally.failed),
+        usage=Usage(tally.prompt_tokens, tally.completion_tokens, tally.reasoning_tokens),
+        output=files[0],
+        errors=files[1],
+    )
+
+
+def _store(
+    store: FileStore, path: Path, batch: BatchRecord, kind: str, created_at: int
+) -> FileRecord | None:
+    size = path.stat().st_size
+    if size == 0:
+        return None
+    record = FileRecord(
+        id=output_file_id(batch.id, kind),
+        owner=batch.owner,
+        filename=f"{batch.id}_{kind}.jsonl",
+        size=size,
+        created_at=created_at,
+        purpose="batch_output",
+    )
+    store.put(record.id, path)
+    return record

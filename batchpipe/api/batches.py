@@ -1,0 +1,154 @@
+"""``/v1/batches``: create, retrieve, list (newest first) and cancel batches.
+
+A batch is created from an uploaded file of the caller's (purpose ``batch``) for one of
+the endpoints batchpipe serves, with ``completion_window`` ``24h`` and at most 16
+``metadata`` pairs (keys up to 64 characters, values up to 512), as OpenAI takes them. It
+starts ``validating``; :mod:`batchpipe.api.lifecycle` takes it from there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from starlette.concurrency import run_in_threadpool
+
+from batchpipe.api.context import Services, owner, services
+from batchpipe.api.errors import ApiError, bad_request, not_found
+from batchpipe.api.pages import page
+from batchpipe.api.records import ENDPOINTS, BatchRecord, Counts
+from batchpipe.collect import new_batch_id
+
+router = APIRouter()
+
+COMPLETION_WINDOWS_S: Mapping[str, int] = {"24h": 24 * 3600}
+MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
+_FIELDS = {"input_file_id", "endpoint", "completion_window", "metadata", "output_expires_after"}
+
+
+def _metadata(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise bad_request("metadata: must be an object of strings", "metadata")
+    if len(value) > MAX_METADATA_PAIRS:
+        raise bad_request(f"metadata: at most {MAX_METADATA_PAIRS} pairs", "metadata")
+    for key, item in value.items():
+        if not isinstance(item, str) or len(key) > MAX_METADATA_KEY:
+            raise bad_request(
+                f"metadata: keys are strings of at most {MAX_METADATA_KEY} characters and "
+                f"values strings of at most {MAX_METADATA_VALUE}",
+                "metadata",
+            )
+        if len(item) > MAX_METADATA_VALUE:
+            raise bad_request(f"metadata.{key}: over {MAX_METADATA_VALUE} characters", "metadata")
+    return dict(value)
+
+
+def _render(svc: Services, batch: BatchRecord) -> dict[str, Any]:
+    counts, usage = svc.lifecycle.progress(batch)
+    return batch.to_openai(counts, usage)
+
+
+def _new_batch(svc: Services, body: Mapping[str, Any], who: str) -> BatchRecord:
+    unknown = sorted(set(body) - _FIELDS)
+    if unknown:
+        raise bad_request(f"{unknown[0]}: unknown parameter", unknown[0])
+    if "output_expires_after" in body:
+        raise bad_request(
+            "output_expires_after: not supported; batchpipe keeps output files until they "
+            "are deleted",
+            "output_expires_after",
+        )
+    endpoint = body.get("endpoint")
+    if endpoint not in ENDPOINTS:
+        raise bad_request(
+            f"endpoint: {endpoint!r} is not served here; use one of {sorted(ENDPOINTS)}",
+            "endpoint",
+        )
+    window = body.get("completion_window")
+    if window not in COMPLETION_WINDOWS_S:
+        raise bad_request(
+            f"completion_window: {window!r}; only '24h' is supported", "completion_window"
+        )
+    metadata = _metadata(body.get("metadata"))
+    file_id = body.get("input_file_id")
+    if not isinstance(file_id, str) or not file_id:
+        raise bad_request("input_file_id: required", "input_file_id")
+    file = svc.state.file(file_id)
+    if file is None or file.owner != who:
+        raise not_found("file", file_id, "input_file_id")
+    if file.purpose != "batch":
+        raise bad_request(
+            f"input_file_id: {file_id} has purpose {file.purpose!r}, not 'batch'",
+            "input_file_id",
+        )
+    created = time.time()
+    batch = BatchRecord(
+        id=new_batch_id(created),
+        owner=who,
+        input_file_id=file_id,
+        endpoint=str(endpoint),
+        completion_window=str(window),
+        created_at=int(created),
+        expires_at=int(created) + COMPLETION_WINDOWS_S[str(window)],
+        metadata=metadata,
+        model=file.model,
+        counts=Counts(total=file.lines),
+    )
+    return svc.state.put_batch(batch)
+
+
+@router.post("/v1/batches")
+async def create_batch(request: Request, who: str = Depends(owner)) -> dict[str, Any]:
+    svc = services(request)
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise bad_request(f"the body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise bad_request("the body must be a JSON object")
+    batch = await run_in_threadpool(_new_batch, svc, body, who)
+    svc.lifecycle.publish(batch)
+    svc.metrics.batch_created()
+    return _render(svc, batch)
+
+
+def _mine(svc: Services, batch_id: str, who: str) -> BatchRecord:
+    batch = svc.state.batch(batch_id)
+    if batch is None or batch.owner != who:
+        raise not_found("batch", batch_id, "batch_id")
+    return batch
+
+
+@router.get("/v1/batches")
+def list_batches(
+    request: Request,
+    who: str = Depends(owner),
+    after: str | None = None,
+    limit: int = Query(20, ge=1, le=100),
+) -> dict[str, Any]:
+    svc = services(request)
+    return page(svc.state.batches(who), after, limit, lambda b: _render(svc, b))
+
+
+@router.get("/v1/batches/{batch_id}")
+def retrieve_batch(batch_id: str, request: Request, who: str = Depends(owner)) -> dict[str, Any]:
+    svc = services(request)
+    return _render(svc, _mine(svc, batch_id, who))
+
+
+@router.post("/v1/batches/{batch_id}/cancel")
+def cancel_batch(batch_id: str, request: Request, who: str = Depends(owner)) -> dict[str, Any]:
+    svc = services(request)
+    batch = _mine(svc, batch_id, who)
+    if batch.status not in ("validating", "in_progress", "cancelling", "cancelled"):
+        raise ApiError(
+            409,
+            f"Cannot cancel a batch with status {batch.status!r}.",
+            param="batch_id",
+            code="batch_not_cancellable",
+        )
+    return _render(svc, svc.lifecycle.cancel(batch.id))

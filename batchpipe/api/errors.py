@@ -1,0 +1,52 @@
+"""Errors as the OpenAI API answers them: an HTTP status and ``{"error": {...}}``.
+
+The body is OpenAI's error object — ``message``, ``type``, ``param``, ``code`` — as the
+official SDK reads it (``openai.types.shared.ErrorObject``); the SDK raises its
+``BadRequestError`` (400), ``AuthenticationError`` (401), ``NotFoundError`` (404),
+``ConflictError`` (409) and ``APIStatusError`` (413) from it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from batcher.errors import BatchpipeError
+
+
+class ApiError(BatchpipeError):
+    """A request the API refuses; nothing was stored or published."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.error_code = code  # OpenAI's string code; BatchpipeError.code is the wire code
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.error_code,
+            }
+        }
+
+
+def not_found(kind: str, object_id: str, param: str | None = None) -> ApiError:
+    """What OpenAI answers for an id that does not exist — or belongs to another key."""
+    return ApiError(404, f"No such {kind}: {object_id!r}", param=param, code="not_found")
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)

@@ -1,0 +1,140 @@
+"""Batches to stop: the compacted control topic (docs/architecture.md §5, codes 4005/4006).
+
+When a batch is cancelled (``POST /v1/batches/{id}/cancel``) or its completion window
+passes, the API server writes one record to ``kafka.control_topic``: key the batch id,
+value a small JSON object ``{"batch_id", "reason", "at"}``. The topic is compacted, so it
+holds one record per stopped batch for as long as the cluster keeps it. Every worker reads
+all of it (no consumer group: every partition from the beginning) and answers a stopped
+batch's requests that have not started without running them — 4005 ``batch_cancelled``,
+4006 ``batch_expired``. A request already on a static engine finishes and its result is
+kept, as OpenAI keeps a cancelled batch's finished results.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from worker.config import KafkaConfig
+from worker.errors import ErrorCode
+from worker.kafka import clients
+
+Reason = Literal["cancelled", "expired"]
+
+_CODES: dict[Reason, ErrorCode] = {
+    "cancelled": ErrorCode.BATCH_CANCELLED,
+    "expired": ErrorCode.BATCH_EXPIRED,
+}
+_MESSAGES: dict[Reason, str] = {
+    "cancelled": "batch_cancelled: the batch was cancelled before this request ran",
+    "expired": "batch_expired: the batch's completion window passed before this request ran",
+}
+_METADATA_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Stop:
+    """One stopped batch: why, and when (unix seconds)."""
+
+    batch_id: str
+    reason: Reason
+    at: float
+
+    @property
+    def code(self) -> ErrorCode:
+        return _CODES[self.reason]
+
+    @property
+    def message(self) -> str:
+        return _MESSAGES[self.reason]
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {"batch_id": self.batch_id, "reason": self.reason, "at": self.at}
+        ).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> Stop:
+        """Raises ``ValueError`` for a value that is not a stop record."""
+        doc = json.loads(value)
+        if not isinstance(doc, dict):
+            raise ValueError("a control record is a JSON object")
+        batch_id, reason, at = doc.get("batch_id"), doc.get("reason"), doc.get("at")
+        if not isinstance(batch_id, str) or not batch_id:
+            raise ValueError("a control record names its batch_id")
+        if reason not in _CODES:
+            raise ValueError(f"unknown control reason {reason!r}")
+        if not isinstance(at, int | float) or isinstance(at, bool):
+            raise ValueError("a control record carries its time 'at'")
+        return cls(batch_id, reason, float(at))
+
+
+class ControlReader(Protocol):
+    """The control topic's values that arrived since the last call; never blocks."""
+
+    def read(self) -> list[bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class TopicReader:
+    """Every partition of the control topic from its beginning; no group, no commits."""
+
+    def __init__(self, kafka: KafkaConfig) -> None:
+        topic = kafka.control_topic
+        clients.ensure_topics(kafka, [topic], partitions=1, compacted=True)
+        self._consumer: Consumer = clients.consumer(
+            kafka, f"{kafka.group_id}.control", read_committed=False
+        )
+        metadata = self._consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S).topics[topic]
+        self._consumer.assign(
+            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.partitions]
+        )
+
+    def read(self) -> list[bytes]:
+        messages = self._consumer.consume(num_messages=500, timeout=0)
+        values = [m.value() for m in messages if m.error() is None]
+        return [v for v in values if v]
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def announce(kafka: KafkaConfig, stop: Stop, timeout_s: float = 30.0) -> None:
+    """Publish ``stop`` to the control topic and wait until the broker has it."""
+    clients.ensure_topics(kafka, [kafka.control_topic], partitions=1, compacted=True)
+    producer = clients.producer(kafka)
+    producer.produce(kafka.control_topic, key=stop.batch_id.encode(), value=stop.encode())
+    if producer.flush(timeout_s) != 0:
+        raise TimeoutError(f"control record for {stop.batch_id} not delivered in {timeout_s}s")
+
+
+class Cancellations:
+    """The batches stopped so far, as read from a :class:`ControlReader`."""
+
+    def __init__(self, reader: ControlReader) -> None:
+        self._reader = reader
+        self._stopped: dict[str, Stop] = {}
+
+    def poll(self) -> dict[str, Stop]:
+        """The batches stopped since the last poll, by batch id. Bad records are skipped:
+        the topic is written by the API server only, and a record it cannot mean is no stop."""
+        new: dict[str, Stop] = {}
+        for value in self._reader.read():
+            try:
+                stop = Stop.decode(value)
+            except ValueError:
+                continue
+            if stop.batch_id not in self._stopped:
+                self._stopped[stop.batch_id] = new[stop.batch_id] = stop
+        return new
+
+    def stop_for(self, batch_id: str) -> Stop | None:
+        """The stop of ``batch_id``, None while it runs (or for a request of no batch)."""
+        return self._stopped.get(batch_id) if batch_id else None
+
+    def close(self) -> None:
+        self._reader.close()
