@@ -113,9 +113,10 @@ class FakeBroker:
         self.sent: list[Sent] = []
         self.topics: set[str] = {topic}
 
-    def submit(self, partition: int, custom_id: str, prompt: str) -> None:
+    def submit(self, partition: int, custom_id: str, prompt: str, batch_id: str = "") -> None:
         """Append a request to the end of ``partition``."""
-        value, headers = encode_request(InferenceRequest(custom_id=custom_id, prompt=prompt))
+        request = InferenceRequest(custom_id=custom_id, prompt=prompt, batch_id=batch_id)
+        value, headers = encode_request(request)
         log = self.logs[(self.topic, partition)]
         log.append(FakeMessage((self.topic, partition), len(log), None, value, list(headers)))
 
