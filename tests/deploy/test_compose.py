@@ -214,3 +214,15 @@ def test_grafana_is_provisioned_from_the_mounted_folders(services: dict[str, Any
     assert source["uid"] == "prometheus"
     assert source["url"] == "http://prometheus:9090"
     assert "9090:9090" in services["prometheus"]["ports"]
+
+
+def test_api_serves_the_worker_config_with_keys_from_the_environment(
+    services: dict[str, Any], config: Config
+) -> None:
+    api = services["api"]
+    assert api["entrypoint"] == ["batchpipe", "serve"]
+    assert api["command"] == ["-c", CONFIG_TARGET, "--host", "0.0.0.0"]
+    assert _mounts(api["volumes"])[f"./{WORKER_CONFIG.relative_to(ROOT)}"] == CONFIG_TARGET
+    assert api["environment"]["BATCHPIPE_API_KEYS"].startswith("${BATCHPIPE_API_KEYS:?")
+    assert f"{config.api.port}:{config.api.port}" in api["ports"]
+    assert "/readyz" in " ".join(api["healthcheck"]["test"])

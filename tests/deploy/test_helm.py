@@ -355,3 +355,34 @@ def test_model_volume_kinds(
 def test_a_claim_volume_needs_a_claim_name(chart: helm.Chart) -> None:
     with pytest.raises(helm.HelmRenderError, match="claimName is required"):
         _render(chart, {"model": {"volume": {"type": "persistentVolumeClaim"}}})
+
+
+def test_api_is_an_optional_deployment_and_service_with_probes(
+    chart: helm.Chart, tmp_path: Path
+) -> None:
+    values = {"api": {"enabled": True, "keysSecret": "api-keys"}}
+    assert _lint_errors(values) == []
+    docs = _render(chart, values)
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    api = deployments["bp-batchpipe-api"]
+    worker = deployments["bp-batchpipe"]
+    api_labels = api["spec"]["template"]["metadata"]["labels"]
+    selector = worker["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= api_labels.items(), "the workers would select api pods"
+    container = api["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["batchpipe", "serve"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    env = {v["name"]: v.get("value") for v in container["env"]}
+    assert env["BATCHPIPE_API__KEYS_FILE"] == "/etc/batchpipe/api-keys/keys"
+    services = {s["metadata"]["name"]: s for s in docs if s["kind"] == "Service"}
+    assert services["bp-batchpipe-api"]["spec"]["selector"].items() <= api_labels.items()
+    file = tmp_path / "worker.yaml"
+    file.write_text(_one(docs, "ConfigMap")["data"]["worker.yaml"])
+    environ = {k: v for k, v in env.items() if v is not None}
+    assert load_config(path=file, environ=environ).api.keys_file.endswith("/keys")
+
+
+def test_api_without_a_keys_secret_is_refused(chart: helm.Chart) -> None:
+    with pytest.raises(Exception, match="keysSecret"):
+        _render(chart, {"api": {"enabled": True}})

@@ -88,3 +88,29 @@ app.kubernetes.io/component: worker
 {{- fail "kafka.sasl.enabled needs kafka.sasl.existingSecret: the name of a Secret with the username and password" }}
 {{- end }}
 {{- end }}
+
+{{/* Kafka address and client security settings, as environment variables (worker and api). */}}
+{{- define "batchpipe.kafkaEnv" -}}
+- name: BATCHPIPE_KAFKA__BOOTSTRAP_SERVERS
+  value: {{ .Values.kafka.bootstrapServers | quote }}
+- name: BATCHPIPE_KAFKA__CLIENT__SECURITY_PROTOCOL
+  value: {{ include "batchpipe.securityProtocol" . }}
+{{- if .Values.kafka.sasl.enabled }}
+- name: BATCHPIPE_KAFKA__CLIENT__SASL_MECHANISM
+  value: {{ .Values.kafka.sasl.mechanism }}
+- name: BATCHPIPE_KAFKA__CLIENT__SASL_USERNAME
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.kafka.sasl.existingSecret }}
+      key: {{ .Values.kafka.sasl.usernameKey }}
+- name: BATCHPIPE_KAFKA__CLIENT__SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.kafka.sasl.existingSecret }}
+      key: {{ .Values.kafka.sasl.passwordKey }}
+{{- end }}
+{{- if and .Values.kafka.tls.enabled .Values.kafka.tls.existingSecret }}
+- name: BATCHPIPE_KAFKA__CLIENT__SSL_CA_LOCATION
+  value: /etc/batchpipe/kafka-ca/{{ .Values.kafka.tls.caKey }}
+{{- end }}
+{{- end }}

@@ -33,8 +33,8 @@ def batch_file(path: Path, count: int, prefix: str = "req") -> Path:
     return path
 
 
-def wait_for(client: OpenAI, batch_id: str, states: set[str]) -> Batch:
-    deadline = time.monotonic() + WAIT_S
+def wait_for(client: OpenAI, batch_id: str, states: set[str], timeout_s: float = WAIT_S) -> Batch:
+    deadline = time.monotonic() + timeout_s
     while True:
         batch = client.batches.retrieve(batch_id)
         if batch.status in states:
