@@ -45,7 +45,7 @@ from batchpipe.collect import (
     write_result,
 )
 from batchpipe.progress import Progress
-from worker.config import Config, load_config
+from worker.config import Config, load_config, producer_max_bytes
 from worker.errors import BatchpipeError, RequestError
 from worker.kafka import clients
 from worker.kafka.produce import produce
@@ -163,15 +163,15 @@ class Client:
         kafka = self.config.kafka
         submitted_at = time.time()
         batch_id = batch_id or new_batch_id(submitted_at)
-        clients.ensure_topics(
-            kafka, [kafka.requests_topic, kafka.results_topic, kafka.dead_letter_topic]
-        )
+        max_bytes = producer_max_bytes(kafka, self.config.limits)
+        topics = [kafka.requests_topic, kafka.results_topic, kafka.dead_letter_topic]
+        clients.ensure_topics(kafka, topics, max_message_bytes=max_bytes)
         producer = clients.producer(
             kafka,
             transactional_id=f"batchpipe-submit-{batch_id}",
             extra={
                 "transaction.timeout.ms": int(TRANSACTION_LIFETIME_S * 1000),
-                "message.max.bytes": max(1_000_000, self.config.limits.max_message_bytes + 65536),
+                "message.max.bytes": max_bytes,
             },
         )
         producer.init_transactions(TRANSACTION_TIMEOUT_S)

@@ -172,12 +172,35 @@ _OWNED_CLIENT_SETTINGS: Mapping[str, str] = {
 }
 
 
-def _transaction_timeout_ms(client: Mapping[str, Any]) -> int | None:
-    """The producer's ``transaction.timeout.ms``; None unless a positive integer."""
-    raw = client.get("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
+RECORD_HEADROOM_BYTES = 64 * 1024
+"""What a record may carry besides a value of ``limits.max_message_bytes``: key, headers
+(a dead letter adds its own) and librdkafka's framing."""
+
+_LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
+
+
+def _client_int(client: Mapping[str, Any], key: str, default: int) -> int | None:
+    """The librdkafka setting ``key`` (``default`` when unset); None unless a positive integer."""
+    raw = client.get(key, default)
     # a number from a YAML file, text from the environment or --set (librdkafka takes both)
     text = str(raw) if isinstance(raw, int | str) and not isinstance(raw, bool) else ""
     return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
+
+
+def _transaction_timeout_ms(client: Mapping[str, Any]) -> int | None:
+    """The producer's ``transaction.timeout.ms``; None unless a positive integer."""
+    return _client_int(client, "transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
+
+
+def producer_max_bytes(kafka: KafkaConfig, limits: LimitsConfig) -> int:
+    """The producers' ``message.max.bytes``: ``kafka.client``'s when set, else enough for a
+    record of ``limits.max_message_bytes`` plus :data:`RECORD_HEADROOM_BYTES`.
+
+    librdkafka refuses to produce a larger record (``MSG_SIZE_TOO_LARGE``); the broker, or
+    the topic's ``max.message.bytes``, must allow as much (docs/deploy.md).
+    """
+    derived = max(_LIBRDKAFKA_MESSAGE_MAX_BYTES, limits.max_message_bytes + RECORD_HEADROOM_BYTES)
+    return _client_int(kafka.client, "message.max.bytes", derived) or derived
 
 
 def _inconsistencies(config: Config) -> list[str]:
@@ -201,6 +224,7 @@ def _inconsistencies(config: Config) -> list[str]:
             "commit it, and the broker aborts one that outlives the timeout and fences its "
             "producer, so the worker would never make progress"
         )
+    found.extend(_producer_size_problems(config))
     if g.max_tokens >= b.max_batch_tokens:
         found.append(
             f"generation.max_tokens: {g.max_tokens} must be below batching.max_batch_tokens "
@@ -228,6 +252,27 @@ def _inconsistencies(config: Config) -> list[str]:
             f"({config.api.max_file_bytes})"
         )
     return found
+
+
+def _producer_size_problems(config: Config) -> list[str]:
+    """A raw ``message.max.bytes`` must let every record the worker accepts back out."""
+    client, accepted = config.kafka.client, config.limits.max_message_bytes
+    if "message.max.bytes" not in client:
+        return []
+    limit = _client_int(client, "message.max.bytes", 0)
+    if limit is None:
+        return [
+            "kafka.client.message.max.bytes: must be a positive integer number of bytes, "
+            f"got {client['message.max.bytes']!r}"
+        ]
+    if limit < accepted + RECORD_HEADROOM_BYTES:
+        return [
+            f"kafka.client.message.max.bytes: {limit} must be at least "
+            f"limits.max_message_bytes ({accepted}) + {RECORD_HEADROOM_BYTES} bytes for key, "
+            "headers and framing: submit could not publish, nor the worker dead-letter, a "
+            "record the worker accepts; lower limits.max_message_bytes or raise both"
+        ]
+    return []
 
 
 def _schema() -> dict[str, Any]:
@@ -315,7 +360,8 @@ def load_config(
 
     Validation is the schema, then the rules across settings that it cannot express
     (commit interval against the transaction timeout, default ``max_tokens`` against the
-    batch budget, batch size against ``prefetch_count``, librdkafka settings batchpipe owns).
+    batch budget, batch size against ``prefetch_count``, the producer's ``message.max.bytes``
+    against ``limits.max_message_bytes``, librdkafka settings batchpipe owns).
     """
     doc: dict[str, Any] = Config().to_dict()
     if path is not None:

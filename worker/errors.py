@@ -28,6 +28,8 @@ class RequestError(BatchpipeError):
     ``custom_id`` is set when it could be recovered from the input, which decides
     whether the answer goes to the results topic or to the dead-letter topic. ``param``
     names the request field at fault when there is one (the OpenAI error's ``param``).
+    ``batch_id`` and ``batch_total``, when recovered too, put the error answer in its batch
+    (``collect`` and ``status`` count it there).
     """
 
     def __init__(
@@ -37,12 +39,27 @@ class RequestError(BatchpipeError):
         custom_id: str | None = None,
         *,
         param: str | None = None,
+        batch_id: str = "",
+        batch_total: int = 0,
     ) -> None:
         super().__init__(message)
         self.code: ErrorCode = code
         self.message = message
         self.custom_id = custom_id
         self.param = param
+        self.batch_id = batch_id
+        self.batch_total = batch_total
+
+    def in_batch(self, batch_id: str, batch_total: int) -> RequestError:
+        """This error, placed in the batch its request named."""
+        return RequestError(
+            self.code,
+            self.message,
+            self.custom_id,
+            param=self.param,
+            batch_id=batch_id,
+            batch_total=batch_total,
+        )
 
 
 class ModelLoadError(BatchpipeError):

@@ -82,6 +82,8 @@ class Intake:
                 request=request,
                 param=exc.param,
             )
+            if request is None:  # rejected while decoding: still an answer in its batch
+                result = replace(result, batch_id=exc.batch_id, batch_total=exc.batch_total)
             return Rejection(result, request.submitted_at if request else None)
 
     def _admit(self, request: InferenceRequest, source: Source, now: float) -> Pending[Job]:

@@ -61,7 +61,7 @@ class Worker:
         self, config: Config, engine: Engine | None = None, clients: KafkaClients | None = None
     ) -> None:
         self.config = config
-        self.clients = clients or ConfluentClients(config.kafka)
+        self.clients = clients or ConfluentClients(config.kafka, config.limits)
         self.worker_id = config.worker.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.engine = engine or create_engine(config.engine, config.batching)
         self.identity = Identity(worker_id=self.worker_id, model=self.engine.model_name)

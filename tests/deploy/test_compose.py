@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from tests import ROOT
-from worker.config import Config, load_config
+from worker.config import Config, load_config, producer_max_bytes
+from worker.kafka.clients import BATCH_FRAMING_BYTES
 
 WORKER_CONFIG = ROOT / "deploy" / "worker.yaml"
 CONFIG_TARGET = "/etc/batchpipe/worker.yaml"
@@ -132,6 +133,15 @@ def test_topics_created_match_the_worker_config(services: dict[str, Any], config
         assert f'"$${var}"' in script
     assert init["depends_on"]["kafka"]["condition"] == "service_healthy"
     assert "healthcheck" in services["kafka"]
+
+
+def test_topics_created_take_the_largest_record_the_workers_produce(
+    services: dict[str, Any], config: Config
+) -> None:
+    script = "\n".join(services["kafka-init"]["command"])
+    allowed = int(re.findall(r"--config max\.message\.bytes=(\d+)", script)[0])
+    largest = producer_max_bytes(config.kafka, config.limits) + BATCH_FRAMING_BYTES
+    assert allowed == largest
 
 
 def test_partitions_follow_one_variable(services: dict[str, Any], config: Config) -> None:

@@ -84,7 +84,8 @@ def test_commit_moves_offsets_and_abort_leaves_them(kafka_config: Config) -> Non
     tracker = OffsetTracker()
     for topic, partition, offset in seen:
         tracker.add((topic, partition), offset)
-    publisher = TransactionalPublisher(config.kafka, consumer, tracker, f"txn-{uuid4()}")
+    producers = clients.Producers.of(config.kafka, config.limits)
+    publisher = TransactionalPublisher(config.kafka, consumer, tracker, producers, f"txn-{uuid4()}")
     publisher.assign({(t, p) for t, p, _ in seen})
     results, requests_topic = config.kafka.results_topic, config.kafka.requests_topic
 
@@ -106,10 +107,15 @@ def test_the_next_owner_of_a_partition_fences_the_previous_one(kafka_config: Con
     origin = seen[0][:2]
     results = kafka_config.kafka.results_topic
     prefix = f"txn-{uuid4()}"
-    zombie = TransactionalPublisher(kafka_config.kafka, consumer, OffsetTracker(), prefix)
+    producers = clients.Producers.of(kafka_config.kafka, kafka_config.limits)
+    zombie = TransactionalPublisher(
+        kafka_config.kafka, consumer, OffsetTracker(), producers, prefix
+    )
     zombie.assign([origin])
     zombie.send(results, "k", b"old", [], origin, lambda: None)
-    successor = TransactionalPublisher(kafka_config.kafka, consumer, OffsetTracker(), prefix)
+    successor = TransactionalPublisher(
+        kafka_config.kafka, consumer, OffsetTracker(), producers, prefix
+    )
     successor.assign([origin])  # same partition, same transactional.id: the zombie is fenced
     successor.send(results, "k", b"new", [], origin, lambda: None)
     successor.commit()

@@ -8,13 +8,14 @@ find the broker and topics exactly alike. Raw librdkafka settings from
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from worker.config import KafkaConfig
+from worker.config import KafkaConfig, LimitsConfig, producer_max_bytes
 
 #: Group membership settings. With librdkafka's defaults a group join takes ~23 s on
 #: the embedded Tansu broker; a 6 s session timeout brings it to ~3 s, and is a sane
@@ -78,8 +79,29 @@ def producer(
     return Producer(_with_raw(settings, kafka))
 
 
+@dataclass(frozen=True)
+class Producers:
+    """The producers of one process (a :class:`~worker.kafka.produce.ProducerFactory`):
+    each takes records up to :func:`~worker.config.producer_max_bytes`."""
+
+    kafka: KafkaConfig
+    max_message_bytes: int
+
+    @classmethod
+    def of(cls, kafka: KafkaConfig, limits: LimitsConfig) -> Producers:
+        return cls(kafka, producer_max_bytes(kafka, limits))
+
+    def __call__(self, transactional_id: str | None = None) -> Producer:
+        size = {"message.max.bytes": self.max_message_bytes}
+        return producer(self.kafka, transactional_id=transactional_id, extra=size)
+
+
 def admin(kafka: KafkaConfig) -> AdminClient:
     return AdminClient(_with_raw(_base(kafka), kafka))
+
+
+#: what a record batch adds to the records in it, beyond what librdkafka counts per record
+BATCH_FRAMING_BYTES = 1024
 
 
 def ensure_topics(
@@ -89,10 +111,14 @@ def ensure_topics(
     timeout_s: float = 30,
     *,
     compacted: bool = False,
+    max_message_bytes: int | None = None,
 ) -> list[str]:
     """Create the topics that are missing; returns the names created.
 
-    ``compacted`` topics keep the last record per key (``cleanup.policy=compact``).
+    ``compacted`` topics keep the last record per key (``cleanup.policy=compact``). With
+    ``max_message_bytes`` (the producers' ``message.max.bytes``) they are created with
+    a ``max.message.bytes`` that takes such a record, whatever the broker's default
+    (1048588 on Apache Kafka). Existing topics are left as they are (docs/deploy.md).
     """
     client = admin(kafka)
     existing = set(client.list_topics(timeout=timeout_s).topics)
@@ -100,16 +126,11 @@ def ensure_topics(
     if not wanted:
         return []
     count = partitions or kafka.partitions
+    config = {"cleanup.policy": "compact"} if compacted else {}
+    if max_message_bytes is not None:
+        config["max.message.bytes"] = str(max_message_bytes + BATCH_FRAMING_BYTES)
     futures = client.create_topics(
-        [
-            NewTopic(
-                t,
-                count,
-                kafka.replication_factor,
-                config={"cleanup.policy": "compact"} if compacted else {},
-            )
-            for t in wanted
-        ],
+        [NewTopic(t, count, kafka.replication_factor, config=config) for t in wanted],
         request_timeout=timeout_s,
     )
     created = []

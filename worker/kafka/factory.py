@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from batcher import OffsetTracker
 from worker.cancellations import ControlReader, TopicReader
-from worker.config import KafkaConfig
+from worker.config import KafkaConfig, LimitsConfig
 from worker.kafka import clients
 from worker.kafka.consumer import KafkaConsumer
 from worker.kafka.publisher import AtLeastOncePublisher, Publisher, TransactionalPublisher
@@ -49,10 +49,17 @@ class KafkaClients(ABC):
 
 
 class ConfluentClients(KafkaClients):
-    """The real clients: confluent-kafka (librdkafka) against ``kafka.bootstrap_servers``."""
+    """The real clients: confluent-kafka (librdkafka) against ``kafka.bootstrap_servers``;
+    producers take records up to :func:`~worker.config.producer_max_bytes` of ``limits``."""
+
+    def __init__(self, kafka: KafkaConfig, limits: LimitsConfig) -> None:
+        super().__init__(kafka)
+        self.producers = clients.Producers.of(kafka, limits)
 
     def ensure_topics(self, topics: Sequence[str]) -> None:
-        clients.ensure_topics(self.kafka, topics)
+        clients.ensure_topics(
+            self.kafka, topics, max_message_bytes=self.producers.max_message_bytes
+        )
 
     def consumer(self) -> KafkaConsumer:
         return clients.consumer(self.kafka)
@@ -63,8 +70,10 @@ class ConfluentClients(KafkaClients):
         k = self.kafka
         if k.delivery == "exactly_once":
             prefix = f"batchpipe.{k.group_id}"
-            return TransactionalPublisher(k, consumer, tracker, prefix, on_outcome=on_outcome)
-        return AtLeastOncePublisher(k, consumer, tracker)
+            return TransactionalPublisher(
+                k, consumer, tracker, self.producers, prefix, on_outcome=on_outcome
+            )
+        return AtLeastOncePublisher(k, consumer, tracker, self.producers)
 
     def control(self) -> ControlReader:
         return TopicReader(self.kafka)

@@ -1,10 +1,17 @@
-"""One produce call that waits out a full local queue, for every producer in batchpipe."""
+"""One produce call that waits out a full local queue, for every producer in batchpipe.
+
+:class:`KafkaProducer` is the producer surface batchpipe uses, as a structural type:
+confluent-kafka's ``Producer`` satisfies it as it is, and so does the in-memory fake of
+the unit tests (``tests/unit/worker/fakes.py``). A new call on a producer is added here
+first, and the fake then has to model it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 Headers = Sequence[tuple[str, bytes | str | None]]
 OnDelivery = Callable[[KafkaError | None, Message], None]
@@ -13,11 +20,57 @@ OnDelivery = Callable[[KafkaError | None, Message], None]
 _DRAIN_S = 0.1
 
 
+class KafkaProducer(Protocol):
+    """An idempotent producer, transactional when it was built with a ``transactional.id``."""
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = ...,
+        key: bytes | str | None = ...,
+        *,
+        on_delivery: OnDelivery | None = ...,
+        headers: list[tuple[str, bytes | str | None]] | None = ...,
+    ) -> None: ...
+    def poll(self, timeout: float = ...) -> int: ...
+    def flush(self, timeout: float = ...) -> int: ...
+    def init_transactions(self, timeout: float = ...) -> None: ...
+    def begin_transaction(self) -> None: ...
+    def send_offsets_to_transaction(
+        self, positions: list[TopicPartition], group_metadata: Any, timeout: float = ...
+    ) -> None: ...
+    def commit_transaction(self, timeout: float = ...) -> None: ...
+    def abort_transaction(self, timeout: float = ...) -> None: ...
+
+
+class ProducerFactory(Protocol):
+    """Builds the producers of one process, all with the same ``message.max.bytes``."""
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The producers' ``message.max.bytes``: librdkafka refuses a larger record."""
+        ...
+
+    def __call__(self, transactional_id: str | None = None) -> KafkaProducer:
+        """A new producer; transactional when ``transactional_id`` is given."""
+        ...
+
+
+def record_size(key: bytes | str | None, value: bytes | None, headers: Headers) -> int:
+    """The bytes of a record's key, value and headers, as librdkafka counts them against
+    ``message.max.bytes`` (it adds a few dozen bytes of framing)."""
+
+    def size(data: bytes | str | None) -> int:
+        return len(data.encode("utf-8") if isinstance(data, str) else data or b"")
+
+    return size(key) + size(value) + sum(size(name) + size(data) for name, data in headers)
+
+
 def produce(
-    producer: Producer,
+    producer: KafkaProducer,
     topic: str,
     key: bytes | str | None,
-    value: bytes,
+    value: bytes | None,
     headers: Headers,
     on_delivery: OnDelivery | None = None,
 ) -> None:

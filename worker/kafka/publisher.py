@@ -26,14 +26,20 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from batcher import OffsetTracker, Partition
 from worker.config import KafkaConfig
-from worker.errors import BatchpipeError
-from worker.kafka import clients
+from worker.errors import BatchpipeError, ErrorCode
 from worker.kafka.consumer import KafkaConsumer
-from worker.kafka.produce import Headers, OnDelivery, produce
+from worker.kafka.produce import (
+    Headers,
+    KafkaProducer,
+    OnDelivery,
+    ProducerFactory,
+    produce,
+    record_size,
+)
 from worker.obs.metrics import TxOutcome
 
 log = logging.getLogger(__name__)
@@ -47,6 +53,21 @@ _FENCED = frozenset(
 
 class FatalKafkaError(BatchpipeError, RuntimeError):
     """The producer cannot go on (fenced by a newer owner, fatal error): exit, restart."""
+
+
+class MessageTooLarge(BatchpipeError, ValueError):
+    """A record bigger than the producer's ``message.max.bytes``: refused before it was
+    sent, and nothing else is affected. The caller sends something smaller instead."""
+
+    code = ErrorCode.OVER_LIMIT
+
+    def __init__(self, topic: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"a record of {size} bytes for {topic} is over the producer's "
+            f"message.max.bytes ({limit})"
+        )
+        self.size = size
+        self.limit = limit
 
 
 class TransactionAborted(BatchpipeError, RuntimeError):
@@ -124,7 +145,8 @@ class Publisher(ABC):
 
 
 def _produce(
-    producer: Producer,
+    producer: KafkaProducer,
+    limit: int,
     topic: str,
     key: bytes | str | None,
     value: bytes,
@@ -134,13 +156,23 @@ def _produce(
     try:
         produce(producer, topic, key, value, headers, on_delivery)
     except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            # librdkafka checks the size before it queues the record: nothing was sent
+            raise MessageTooLarge(topic, record_size(key, value, headers), limit) from exc
         raise FatalKafkaError(f"produce to {topic} failed: {exc}") from exc
 
 
 class AtLeastOncePublisher(Publisher):
-    def __init__(self, kafka: KafkaConfig, consumer: KafkaConsumer, tracker: OffsetTracker) -> None:
+    def __init__(
+        self,
+        kafka: KafkaConfig,
+        consumer: KafkaConsumer,
+        tracker: OffsetTracker,
+        producers: ProducerFactory,
+    ) -> None:
         super().__init__(kafka, consumer, tracker)
-        self._producer = clients.producer(kafka)
+        self._limit = producers.max_message_bytes
+        self._producer = producers()
         self._failure: KafkaError | None = None
 
     def send(
@@ -158,7 +190,7 @@ class AtLeastOncePublisher(Publisher):
             else:
                 on_answered()
 
-        _produce(self._producer, topic, key, value, headers, delivered)
+        _produce(self._producer, self._limit, topic, key, value, headers, delivered)
 
     def poll(self) -> None:
         self._producer.poll(0)
@@ -189,9 +221,10 @@ class AtLeastOncePublisher(Publisher):
 class _Transactions:
     """One transactional producer and the state of its open transaction."""
 
-    def __init__(self, kafka: KafkaConfig, transactional_id: str) -> None:
+    def __init__(self, producers: ProducerFactory, transactional_id: str) -> None:
         self.transactional_id = transactional_id
-        self.producer = clients.producer(kafka, transactional_id=transactional_id)
+        self.limit = producers.max_message_bytes
+        self.producer = producers(transactional_id)
         self.open = False
         _call(self.producer.init_transactions, _TIMEOUT_S)
 
@@ -199,7 +232,7 @@ class _Transactions:
         if not self.open:
             _call(self.producer.begin_transaction)
             self.open = True
-        _produce(self.producer, topic, key, value, headers, _log_delivery_error)
+        _produce(self.producer, self.limit, topic, key, value, headers, _log_delivery_error)
 
     def commit(self, offsets: list[TopicPartition], consumer: KafkaConsumer) -> None:
         if offsets:
@@ -222,10 +255,12 @@ class TransactionalPublisher(Publisher):
         kafka: KafkaConfig,
         consumer: KafkaConsumer,
         tracker: OffsetTracker,
+        producers: ProducerFactory,
         prefix: str,
         on_outcome: Callable[[TxOutcome], None] = lambda outcome: None,
     ) -> None:
         super().__init__(kafka, consumer, tracker)
+        self._producers = producers
         self._prefix = prefix
         self._on_outcome = on_outcome  # for the transactions metric
         self._owned: dict[Partition, _Transactions] = {}
@@ -235,7 +270,7 @@ class TransactionalPublisher(Publisher):
             if partition not in self._owned:
                 topic, number = partition
                 txn_id = f"{self._prefix}.{topic}.{number}"
-                self._owned[partition] = _Transactions(self._kafka, txn_id)
+                self._owned[partition] = _Transactions(self._producers, txn_id)
 
     def send(
         self,

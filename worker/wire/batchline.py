@@ -29,7 +29,7 @@ from worker.errors import ErrorCode, RequestError
 from worker.wire.fields import body_field
 from worker.wire.messages import ChatMessage, Endpoint, InferenceRequest, SamplingParams
 from worker.wire.response_format import format_from_json, format_to_json
-from worker.wire.validation import check_custom_id, validate_request
+from worker.wire.validation import check_custom_id, escaped, validate_request
 
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
@@ -215,9 +215,26 @@ def parse_line(line: str | bytes | Mapping[str, Any]) -> InferenceRequest:
     4001 for a line that is not a JSON object, lacks ``custom_id``, has a field of the
     wrong type or text that UTF-8 cannot encode (a lone surrogate such as ``"\\ud800"``);
     4002 for an unsupported ``method``/``url`` or a value out of range. The error carries
-    ``custom_id`` whenever the line has one, escaped if UTF-8 cannot encode it.
+    ``custom_id`` whenever the line has one, escaped if UTF-8 cannot encode it, and the
+    line's ``batch_id`` and ``batch_total`` where they are readable.
     """
     obj = _load(line)
+    try:
+        return _request_of(obj)
+    except RequestError as exc:
+        raise exc.in_batch(*_batch_of(obj)) from exc
+
+
+def _batch_of(obj: Mapping[str, Any]) -> tuple[str, int]:
+    """``(batch_id, batch_total)`` of a line as far as they are readable, else ``("", 0)``."""
+    batch_id, total = obj.get("batch_id"), obj.get("batch_total")
+    return (
+        escaped(batch_id) if isinstance(batch_id, str) else "",
+        total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else 0,
+    )
+
+
+def _request_of(obj: Mapping[str, Any]) -> InferenceRequest:
     custom_id = obj.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
         raise RequestError(ErrorCode.MALFORMED, "custom_id must be a non-empty string")

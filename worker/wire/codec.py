@@ -283,6 +283,7 @@ def decode_request(
     except DecodeError as exc:
         raise _malformed(f"not a valid protobuf {REQUEST_TYPE}: {exc}") from exc
     custom_id = msg.custom_id or None
+    batch = (escaped(msg.batch_id), max(0, msg.batch_total))  # puts an error in its batch
     unknown = _unknown_fields(msg, "")
     if unknown:
         # proto3 keeps fields it does not know; serving the request without them would
@@ -293,12 +294,16 @@ def decode_request(
             "cannot honour them",
             custom_id,
             param=unknown[0],
-        )
+        ).in_batch(*batch)
     try:
         req = _request_from_pb(msg)
     except RequestError as exc:
-        raise RequestError(exc.code, exc.message, custom_id, param=exc.param) from exc
-    validate_request(req)
+        error = RequestError(exc.code, exc.message, custom_id, param=exc.param)
+        raise error.in_batch(*batch) from exc
+    try:
+        validate_request(req)
+    except RequestError as exc:
+        raise exc.in_batch(*batch) from exc
     return req
 
 

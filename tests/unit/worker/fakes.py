@@ -16,7 +16,9 @@
 * :class:`FakePublisher` — the :class:`Publisher` contract in memory. An answer counts as
   given when it is sent (``on_answered`` runs inside ``send``), as inside a transaction;
   commits write the tracker's offsets to the broker through the consumer. Like the
-  transactional publisher it refuses an answer for a partition it does not own.
+  transactional publisher it refuses an answer for a partition it does not own, and like
+  librdkafka a record over the producers' ``message.max.bytes``
+  (:attr:`FakeBroker.max_message_bytes`) with :class:`MessageTooLarge`.
 * :class:`GatedEngine` — the echo engine's answers, but ``run_batch`` waits until the test
   opens its gate, so a batch stays "on the engine" for as long as a test needs.
 """
@@ -44,8 +46,8 @@ from worker.engines.base import EngineInput, OnComplete, StaticEngine
 from worker.engines.echo import EchoEngine
 from worker.kafka.consumer import KafkaConsumer, RebalanceCallback, RecordHeaders
 from worker.kafka.factory import KafkaClients, OnOutcome
-from worker.kafka.produce import Headers
-from worker.kafka.publisher import OnAnswered, Publisher
+from worker.kafka.produce import Headers, record_size
+from worker.kafka.publisher import MessageTooLarge, OnAnswered, Publisher
 from worker.wire.codec import decode_result, encode_request
 from worker.wire.messages import InferenceRequest, InferenceResult
 
@@ -112,13 +114,29 @@ class FakeBroker:
         self.committed: dict[Partition, int] = {}
         self.sent: list[Sent] = []
         self.topics: set[str] = {topic}
+        #: the producers' message.max.bytes (librdkafka's default)
+        self.max_message_bytes = 1_000_000
 
     def submit(self, partition: int, custom_id: str, prompt: str, batch_id: str = "") -> None:
         """Append a request to the end of ``partition``."""
-        request = InferenceRequest(custom_id=custom_id, prompt=prompt, batch_id=batch_id)
+        self.submit_request(
+            partition, InferenceRequest(custom_id=custom_id, prompt=prompt, batch_id=batch_id)
+        )
+
+    def submit_request(self, partition: int, request: InferenceRequest) -> None:
         value, headers = encode_request(request)
+        self.append(partition, value, list(headers))
+
+    def append(
+        self, partition: int, value: bytes | None, headers: RecordHeaders | None = None
+    ) -> None:
+        """Append a raw record to the end of ``partition``."""
         log = self.logs[(self.topic, partition)]
-        log.append(FakeMessage((self.topic, partition), len(log), None, value, list(headers)))
+        log.append(FakeMessage((self.topic, partition), len(log), None, value, headers))
+
+    def on(self, topic: str) -> list[Sent]:
+        """The records published to ``topic``."""
+        return [s for s in self.sent if s.topic == topic]
 
     def results(self, topic: str) -> list[InferenceResult]:
         return [decode_result(s.value, list(s.headers)) for s in self.sent if s.topic == topic]
@@ -305,6 +323,9 @@ class FakePublisher(Publisher):
     ) -> None:
         if origin not in self._owned:
             raise RuntimeError(f"answer for {origin}, which this worker does not own")
+        size, limit = record_size(key, value, headers), self._broker.max_message_bytes
+        if size > limit:
+            raise MessageTooLarge(topic, size, limit)
         self._broker.sent.append(Sent(topic, key, value, tuple(headers), origin))
         on_answered()
 

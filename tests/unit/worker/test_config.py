@@ -90,3 +90,31 @@ def test_dummy_weights_are_for_the_trtllm_engine_only() -> None:
         "engine.load_format=dummy"
     )
     assert "load_format" in refused("engine.kind=trtllm", "engine.load_format=random")
+
+
+def test_the_producer_takes_every_record_the_worker_accepts_with_headroom() -> None:
+    from worker.config import RECORD_HEADROOM_BYTES, producer_max_bytes
+
+    # the default: the largest accepted value plus headroom for key, headers and framing
+    config = load_config(environ={})
+    assert (
+        producer_max_bytes(config.kafka, config.limits) == 6 * 1024 * 1024 + RECORD_HEADROOM_BYTES
+    )
+    # never below librdkafka's own default
+    small = load_config(sets=["limits.max_message_bytes=10"], environ={})
+    assert producer_max_bytes(small.kafka, small.limits) == 1_000_000
+    # a raw setting passes through (text from the environment, or a number) when it is enough
+    raised = {"BATCHPIPE_KAFKA__CLIENT__MESSAGE_MAX_BYTES": "20000000"}
+    config = load_config(environ=raised)
+    assert producer_max_bytes(config.kafka, config.limits) == 20_000_000
+
+
+def test_a_producer_limit_below_the_accepted_record_size_is_refused() -> None:
+    message = refused("kafka.client.message.max.bytes=1000000")
+    assert "kafka.client.message.max.bytes" in message and "limits.max_message_bytes" in message
+    # lowering the accepted size makes it consistent
+    assert load_config(
+        sets=["kafka.client.message.max.bytes=1000000", "limits.max_message_bytes=900000"],
+        environ={},
+    )
+    assert "kafka.client.message.max.bytes" in refused("kafka.client.message.max.bytes=big")
