@@ -9,21 +9,27 @@ lost: a result becomes a 4003 error result for its request (text and metadata dr
 a dead letter first drops the original headers, keeping the original key and value, and
 when even those do not fit it becomes a 4003 dead letter that names the size and the
 original error.
+
+A send whose transaction had to stay aborted (:class:`TransactionAborted`) is caught here,
+for every caller: its partitions are noted for the loop to consume again
+(:meth:`Outbox.take_aborted`), and answers for them are not sent until then.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import replace
 from types import MappingProxyType
 
+from batcher import Partition
 from worker.config import KafkaConfig
 from worker.errors import ErrorCode
 from worker.intake import DeadLetter
 from worker.jobs import Identity, Job, Source, failed
 from worker.kafka.produce import Headers
-from worker.kafka.publisher import MessageTooLarge, Publisher
+from worker.kafka.publisher import MessageTooLarge, OnAnswered, Publisher, TransactionAborted
 from worker.ledger import Ledger
 from worker.obs.metrics import WorkerMetrics
 from worker.wire.codec import encode_result
@@ -50,6 +56,17 @@ class Outbox:
         self._ledger = ledger
         self._metrics = metrics
         self._identity = identity
+        self._aborted: set[Partition] = set()
+
+    def take_aborted(self) -> list[Partition]:
+        """Partitions whose transaction stayed aborted since the last call: every record of
+        theirs since their last commit must be consumed again (the loop rewinds them)."""
+        aborted, self._aborted = sorted(self._aborted), set()
+        return aborted
+
+    def forget(self, partitions: Collection[Partition]) -> None:
+        """``partitions`` are no longer this worker's (revoked, lost) or were rewound."""
+        self._aborted.difference_update(partitions)
 
     def result(
         self,
@@ -127,12 +144,13 @@ class Outbox:
                 )
 
         with self._metrics.stage("produce"):
-            self._publisher.send(
+            # the key as encode_result writes the custom_id: never unencodable
+            self._send(
                 self._kafka.results_topic,
-                escaped(result.custom_id),  # as encode_result writes it: never unencodable
+                escaped(result.custom_id),
                 value,
                 headers,
-                (source.topic, source.partition),
+                source,
                 answered,
             )
 
@@ -149,14 +167,25 @@ class Outbox:
             if self._ledger.close(source):
                 self._metrics.dead_lettered(code)
 
-        self._publisher.send(
-            self._kafka.dead_letter_topic,
-            key,
-            value,
-            headers,
-            (source.topic, source.partition),
-            answered,
-        )
+        self._send(self._kafka.dead_letter_topic, key, value, headers, source, answered)
+
+    def _send(
+        self,
+        topic: str,
+        key: bytes | str | None,
+        value: bytes,
+        headers: Headers,
+        source: Source,
+        answered: OnAnswered,
+    ) -> None:
+        origin = (source.topic, source.partition)
+        if origin in self._aborted:
+            return  # its record is consumed again after the rewind, and answered then
+        try:
+            self._publisher.send(topic, key, value, headers, origin, answered)
+        except TransactionAborted as exc:
+            log.warning("%s; consuming those records again", exc)
+            self._aborted.update(exc.partitions)
 
 
 def _over(exc: MessageTooLarge) -> str:

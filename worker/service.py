@@ -234,15 +234,22 @@ class Worker:
             log.warning("drain timed out with %d requests unanswered", len(self.ledger))
 
     def _shutdown(self) -> None:
+        # after a fatal Kafka error every commit fails again: the worker still leaves cleanly
         if self._consumer is not None:
             try:
                 if self._publisher is not None:
                     self._publisher.commit()
             except (TransactionAborted, FatalKafkaError) as exc:
                 log.warning("final commit failed: %s", exc)
-            self._consumer.close()  # leaves the group now, not after session.timeout.ms
+            try:
+                self._consumer.close()  # leaves the group now, not after session.timeout.ms
+            except (TransactionAborted, FatalKafkaError) as exc:
+                log.warning("commit on leaving the group failed: %s", exc)
         if self._publisher is not None:
-            self._publisher.close()
+            try:
+                self._publisher.close()
+            except (TransactionAborted, FatalKafkaError) as exc:
+                log.warning("closing the publisher failed: %s", exc)
         if self._stops is not None:
             self._stops.close()
         if self._engine_stage is not None:
@@ -325,6 +332,9 @@ class Worker:
 
     def _publish_and_commit(self, now: float) -> None:
         assert self._publisher is not None
+        aborted = self.outbox.take_aborted()
+        if aborted:
+            self._rewind(aborted)
         try:
             self._publisher.poll()
             self._publisher.maybe_commit(now)
@@ -407,6 +417,7 @@ class Worker:
         self.batcher.drop_partitions(partitions)
         self.ledger.forget(partitions)
         self._held.release(partitions)
+        self.outbox.forget(partitions)
 
     def _unanswered(self, partition: Partition) -> int:
         """Records of ``partition`` read and not answered yet: in flight or held."""

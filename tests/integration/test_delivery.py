@@ -22,7 +22,8 @@ from worker.config import Config
 from worker.engines.base import EngineInput, EngineOutOfMemory, OnComplete
 from worker.engines.echo import EchoEngine
 from worker.kafka import clients
-from worker.kafka.publisher import FatalKafkaError, TransactionalPublisher
+from worker.kafka.publisher import FatalKafkaError
+from worker.kafka.transactions import TransactionalPublisher
 from worker.service import EXIT_WEDGED, Worker
 from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
 
@@ -122,6 +123,30 @@ def test_the_next_owner_of_a_partition_fences_the_previous_one(kafka_config: Con
     with pytest.raises(FatalKafkaError):
         zombie.send(results, "k", b"late", [], origin, lambda: None)
         zombie.commit()
+    consumer.close()
+
+
+def test_losing_a_partition_whose_producer_was_fenced_is_quiet(kafka_config: Config) -> None:
+    publish(kafka_config, requests(2))
+    consumer, seen = consume_assigned(kafka_config, 2)
+    origin = seen[0][:2]
+    results = kafka_config.kafka.results_topic
+    prefix = f"txn-{uuid4()}"
+    producers = clients.Producers.of(kafka_config.kafka, kafka_config.limits)
+    zombie = TransactionalPublisher(
+        kafka_config.kafka, consumer, OffsetTracker(), producers, prefix
+    )
+    zombie.assign([origin])
+    zombie.send(results, "k", b"old", [], origin, lambda: None)  # a transaction left open
+    successor = TransactionalPublisher(
+        kafka_config.kafka, consumer, OffsetTracker(), producers, prefix
+    )
+    successor.assign([origin])  # fences the zombie
+    zombie.lost([origin])  # aborting on the fenced producer: logged, not raised
+    with pytest.raises(RuntimeError, match="does not own"):
+        zombie.send(results, "k", b"late", [], origin, lambda: None)
+    successor.send(results, "k", b"new", [], origin, lambda: None)
+    successor.commit()
     consumer.close()
 
 

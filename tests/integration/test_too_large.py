@@ -18,12 +18,8 @@ from batcher import OffsetTracker
 from tests.integration.harness import publish, read_results, read_topic, running_worker
 from worker.config import Config, LimitsConfig
 from worker.kafka import clients
-from worker.kafka.publisher import (
-    AtLeastOncePublisher,
-    MessageTooLarge,
-    Publisher,
-    TransactionalPublisher,
-)
+from worker.kafka.publisher import AtLeastOncePublisher, MessageTooLarge, Publisher
+from worker.kafka.transactions import TransactionalPublisher
 from worker.wire.messages import InferenceRequest
 
 pytestmark = pytest.mark.integration

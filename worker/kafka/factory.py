@@ -16,7 +16,8 @@ from worker.cancellations import ControlReader, TopicReader
 from worker.config import KafkaConfig, LimitsConfig
 from worker.kafka import clients
 from worker.kafka.consumer import KafkaConsumer
-from worker.kafka.publisher import AtLeastOncePublisher, Publisher, TransactionalPublisher
+from worker.kafka.publisher import AtLeastOncePublisher, Publisher
+from worker.kafka.transactions import TransactionalPublisher
 from worker.obs.metrics import TxOutcome
 
 #: called with the outcome of every transaction that ends

@@ -19,6 +19,8 @@
   transactional publisher it refuses an answer for a partition it does not own, and like
   librdkafka a record over the producers' ``message.max.bytes``
   (:attr:`FakeBroker.max_message_bytes`) with :class:`MessageTooLarge`.
+* :class:`FakeClients` — the worker's Kafka clients: the fake consumer, and the fake
+  publisher or a real one (``delivery``) on :mod:`fake_producer`'s producers.
 * :class:`GatedEngine` — the echo engine's answers, but ``run_batch`` waits until the test
   opens its gate, so a batch stays "on the engine" for as long as a test needs.
 """
@@ -47,9 +49,12 @@ from worker.engines.echo import EchoEngine
 from worker.kafka.consumer import KafkaConsumer, RebalanceCallback, RecordHeaders
 from worker.kafka.factory import KafkaClients, OnOutcome
 from worker.kafka.produce import Headers, record_size
-from worker.kafka.publisher import MessageTooLarge, OnAnswered, Publisher
+from worker.kafka.publisher import AtLeastOncePublisher, MessageTooLarge, OnAnswered, Publisher
+from worker.kafka.transactions import TransactionalPublisher
 from worker.wire.codec import decode_result, encode_request
 from worker.wire.messages import InferenceRequest, InferenceResult
+
+from .fake_producer import FakeProducers
 
 RebalanceKind = Literal["assign", "revoke", "lost"]
 
@@ -102,7 +107,7 @@ class Sent:
     key: bytes | str | None
     value: bytes
     headers: Headers
-    origin: Partition
+    origin: Partition | None = None  # the record it answers; None from a FakeProducer
 
 
 class FakeBroker:
@@ -116,6 +121,33 @@ class FakeBroker:
         self.topics: set[str] = {topic}
         #: the producers' message.max.bytes (librdkafka's default)
         self.max_message_bytes = 1_000_000
+        #: every record a FakeProducer produced, committed, aborted or not
+        self.raw: list[tuple[str, bytes | str | None, bytes | None, Headers]] = []
+        self._faults: dict[str, deque[KafkaError]] = {}
+        self._epochs: Counter[str] = Counter()
+
+    def fail(self, method: str, error: KafkaError, times: int = 1) -> None:
+        """The next ``times`` calls of a FakeProducer's ``method`` raise ``error`` (for
+        ``"delivery"``: the next deliveries report it)."""
+        self._faults.setdefault(method, deque()).extend([error] * times)
+
+    def next_fault(self, method: str) -> KafkaError | None:
+        queued = self._faults.get(method)
+        return queued.popleft() if queued else None
+
+    def fence(self, transactional_id: str) -> int:
+        """A new producer epoch for ``transactional_id``: older producers are fenced."""
+        self._epochs[transactional_id] += 1
+        return self._epochs[transactional_id]
+
+    def epoch(self, transactional_id: str) -> int:
+        return self._epochs[transactional_id]
+
+    def publish(
+        self, topic: str, key: bytes | str | None, value: bytes | None, headers: Headers
+    ) -> None:
+        """A record becomes visible to (read_committed) readers."""
+        self.sent.append(Sent(topic, key, value or b"", tuple(headers)))
 
     def submit(self, partition: int, custom_id: str, prompt: str, batch_id: str = "") -> None:
         """Append a request to the end of ``partition``."""
@@ -368,14 +400,20 @@ class FakeControl:
         """Nothing to close."""
 
 
-class FakeClients(KafkaClients):
-    """Hands the worker :attr:`fake_consumer` and a :class:`FakePublisher` on ``broker``."""
+Delivery = Literal["fake", "exactly_once", "at_least_once"]
 
-    def __init__(self, kafka: KafkaConfig, broker: FakeBroker) -> None:
+
+class FakeClients(KafkaClients):
+    r"""Hands the worker :attr:`fake_consumer` and a publisher on ``broker``: a
+    :class:`FakePublisher`, or the real publisher of a delivery mode on
+    :class:`~tests.unit.worker.fake_producer.FakeProducer`\ s."""
+
+    def __init__(self, kafka: KafkaConfig, broker: FakeBroker, delivery: Delivery = "fake") -> None:
         super().__init__(kafka)
         self.broker = broker
         self.fake_consumer = FakeConsumer(broker)
         self.fake_control = FakeControl()
+        self.delivery = delivery
 
     def ensure_topics(self, topics: Sequence[str]) -> None:
         self.broker.topics.update(topics)
@@ -385,7 +423,15 @@ class FakeClients(KafkaClients):
 
     def publisher(
         self, consumer: KafkaConsumer, tracker: OffsetTracker, on_outcome: OnOutcome
-    ) -> FakePublisher:
+    ) -> Publisher:
+        producers = FakeProducers(self.broker)
+        if self.delivery == "exactly_once":
+            prefix = f"batchpipe.{self.kafka.group_id}"
+            return TransactionalPublisher(
+                self.kafka, consumer, tracker, producers, prefix, on_outcome
+            )
+        if self.delivery == "at_least_once":
+            return AtLeastOncePublisher(self.kafka, consumer, tracker, producers)
         return FakePublisher(self.kafka, consumer, tracker, self.broker)
 
     def control(self) -> FakeControl:

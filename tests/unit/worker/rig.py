@@ -20,7 +20,7 @@ from worker.config import (
 from worker.service import Worker
 from worker.wire.messages import InferenceResult
 
-from .fakes import FakeBroker, FakeClients, FakeConsumer, GatedEngine
+from .fakes import Delivery, FakeBroker, FakeClients, FakeConsumer, GatedEngine
 
 TOPIC = "requests"
 RESULTS = "results"
@@ -95,10 +95,15 @@ class Rig:
 
 
 @contextmanager
-def rig(config: Config, engine: GatedEngine, partitions: int = 2) -> Iterator[Rig]:
-    """A started worker on a fresh broker; on exit the engine is opened and the worker shut."""
+def rig(
+    config: Config, engine: GatedEngine, partitions: int = 2, delivery: Delivery = "fake"
+) -> Iterator[Rig]:
+    """A started worker on a fresh broker; on exit the engine is opened and the worker shut.
+
+    ``delivery`` chooses the publisher: the fake one, or a real one on fake producers.
+    """
     broker = FakeBroker(TOPIC, partitions)
-    clients = FakeClients(config.kafka, broker)
+    clients = FakeClients(config.kafka, broker, delivery)
     worker = Worker(config, engine, clients)
     r = Rig(worker, broker, clients.fake_consumer, engine)
     r.start()

@@ -1,0 +1,126 @@
+"""Kafka errors in publish and commit, classified: the worker loop with the real publishers
+on fake producers (``tests/unit/worker/fake_producer.py``).
+
+Abortable → the transaction is aborted and done again (nothing lost, no duplicate among
+committed results); retriable → called again; fatal or fenced → :class:`FatalKafkaError`;
+a partition lost with an already fenced producer → dropped quietly.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from confluent_kafka import KafkaError
+
+from worker.kafka.publisher import FatalKafkaError
+from worker.kafka.transactions import REPLAYS
+
+from .fakes import GatedEngine
+from .rig import P0, P1, Rig, loop_config, rig
+
+ABORTABLE = KafkaError(KafkaError.INVALID_TXN_STATE, "abortable", txn_requires_abort=True)
+STATE = KafkaError(KafkaError._STATE, "Producing not allowed in transactional state")
+TIMED_OUT = KafkaError(KafkaError._TIMED_OUT, "timed out", retriable=True)
+FENCED = KafkaError(KafkaError.PRODUCER_FENCED, "fenced", fatal=True)
+
+
+def submit(r: Rig, n: int = 4) -> set[str]:
+    for i in range(n):
+        r.broker.submit(i % 2, f"r{i}", f"hello {i}")
+    return {f"r{i}" for i in range(n)}
+
+
+def run(r: Rig, ids: set[str]) -> None:
+    r.consumer.rebalance("assign", [P0, P1])
+    r.step_until(lambda: r.settled(ids), "every record answered and committed")
+    assert r.answers() == Counter(dict.fromkeys(ids, 1))  # among committed results
+
+
+@pytest.mark.parametrize(
+    ("method", "error", "aborted_copies"),
+    [("commit_transaction", ABORTABLE, 2), ("produce", STATE, 0)],
+)
+def test_an_aborted_transaction_is_done_again_without_running_the_batch_again(
+    method: str, error: KafkaError, aborted_copies: int
+) -> None:
+    with rig(loop_config(), GatedEngine(gated=False), delivery="exactly_once") as r:
+        ids = submit(r)
+        r.broker.fail(method, error)
+        run(r, ids)
+        assert r.worker._publisher is not None and r.worker._publisher.aborts == 1
+        assert len(r.engine.batches) == 1  # the answers were produced again, not recomputed
+        # what the aborted transaction held was produced, and never committed
+        assert len(r.broker.raw) == len(ids) + aborted_copies
+
+
+def test_a_transaction_failing_every_replay_is_consumed_again_from_the_decode_path() -> None:
+    with rig(loop_config(), GatedEngine(gated=False), delivery="exactly_once") as r:
+        r.broker.append(0, b'{"custom_id": "bad"}')  # answered with 4001 while decoding
+        ids = {"bad"} | submit(r)
+        r.broker.fail("produce", STATE, times=REPLAYS + 1)
+        run(r, ids)
+
+
+def test_a_transaction_failing_every_replay_is_consumed_again_from_the_engine_stage() -> None:
+    with rig(loop_config(), GatedEngine(), delivery="exactly_once") as r:
+        ids = submit(r)
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: len(r.engine.batches) == 1, "a batch on the engine")
+        r.broker.fail("produce", STATE, times=REPLAYS + 1)
+        r.engine.open()
+        r.step_until(lambda: r.settled(ids), "every record answered and committed")
+        assert r.answers() == Counter(dict.fromkeys(ids, 1))
+        assert len(r.engine.batches) == 2  # its partition was consumed again
+
+
+def test_timeouts_in_commit_and_abort_are_retried() -> None:
+    with rig(loop_config(), GatedEngine(gated=False), delivery="exactly_once") as r:
+        ids = submit(r)
+        r.broker.fail("commit_transaction", TIMED_OUT)
+        r.broker.fail("commit_transaction", ABORTABLE)
+        r.broker.fail("abort_transaction", TIMED_OUT, times=2)
+        run(r, ids)
+
+
+def test_a_fenced_producer_stops_the_worker() -> None:
+    with rig(loop_config(), GatedEngine(gated=False), delivery="exactly_once") as r:
+        ids = submit(r)
+        r.broker.fail("commit_transaction", FENCED)
+        with pytest.raises(FatalKafkaError, match="fenced"):
+            run(r, ids)
+
+
+def test_partitions_lost_after_their_producer_was_fenced_are_dropped_quietly() -> None:
+    config = loop_config(commit_interval_ms=3_600_000)  # transactions stay open
+    with rig(config, GatedEngine(gated=False), delivery="exactly_once") as r:
+        ids = submit(r)
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: len(r.broker.raw) == len(ids), "answers in open transactions")
+        r.broker.fence("batchpipe.batchpipe.requests.0")  # P0's new owner took over
+        r.consumer.rebalance("lost", [P0, P1])
+        r.step_until(lambda: not r.consumer.rebalancing, "the rebalance")
+        assert r.answers() == Counter()  # nothing was committed
+
+        # assigned again, the worker builds new producers and answers everything again
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: len(r.broker.raw) == 2 * len(ids), "answers again")
+        assert r.worker._publisher is not None
+        r.worker._publisher.commit()
+        assert r.answers() == Counter(dict.fromkeys(ids, 1))
+
+
+def test_at_least_once_sends_a_timed_out_delivery_again() -> None:
+    with rig(loop_config(), GatedEngine(gated=False), delivery="at_least_once") as r:
+        ids = submit(r)
+        r.broker.fail("delivery", KafkaError(KafkaError._MSG_TIMED_OUT, "timed out"), times=2)
+        run(r, ids)
+
+
+def test_at_least_once_stops_on_a_delivery_that_cannot_succeed() -> None:
+    with rig(loop_config(), GatedEngine(gated=False), delivery="at_least_once") as r:
+        ids = submit(r)
+        denied = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "not authorized")
+        r.broker.fail("delivery", denied)
+        with pytest.raises(FatalKafkaError, match="not authorized"):
+            run(r, ids)

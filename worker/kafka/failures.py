@@ -1,0 +1,146 @@
+"""What a Kafka error means for the worker, and the one place that decides it.
+
+librdkafka's transactional API sorts its errors (``rdkafka.h``, "Transactional producer
+API"): a **fatal** error (``error.fatal()``, or fenced by a newer owner of the
+``transactional.id``) ends the producer, so the worker exits and is restarted; an
+**abortable** one (``txn_requires_abort()``, or ``_STATE`` from ``produce`` once the
+transaction is in that state) ends the transaction, which is aborted and may be done again
+in a new one; a **retriable** one (``retriable()``, e.g. a timeout in ``commit_transaction``
+or ``abort_transaction``, which go on in the background) means calling again. A record over
+``message.max.bytes`` is refused before it is sent and harms nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection
+from typing import Any, Literal
+
+from confluent_kafka import KafkaError, KafkaException
+
+from batcher import Partition
+from worker.errors import BatchpipeError, ErrorCode
+from worker.kafka.produce import Headers, KafkaProducer, OnDelivery, produce, record_size
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["fatal", "abortable", "retriable", "too_large"]
+
+#: how often a call failing with a retriable error is made before the worker gives up
+ATTEMPTS = 5
+_BACKOFF_S = 0.2
+_FENCED = frozenset(
+    {KafkaError.PRODUCER_FENCED, KafkaError._FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
+#: delivery report errors worth sending the record again: librdkafka reports them by code
+#: only, without the ``retriable()`` flag
+_RETRIABLE_CODES = frozenset(
+    {
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    }
+)
+
+
+class FatalKafkaError(BatchpipeError, RuntimeError):
+    """The producer cannot go on (fenced by a newer owner, fatal error): exit, restart."""
+
+
+class MessageTooLarge(BatchpipeError, ValueError):
+    """A record bigger than the producer's ``message.max.bytes``: refused before it was
+    sent, and nothing else is affected. The caller sends something smaller instead."""
+
+    code = ErrorCode.OVER_LIMIT
+
+    def __init__(self, topic: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"a record of {size} bytes for {topic} is over the producer's "
+            f"message.max.bytes ({limit})"
+        )
+        self.size = size
+        self.limit = limit
+
+
+class TransactionAborted(BatchpipeError, RuntimeError):
+    """A transaction was aborted: what it held for ``partitions`` since their last commit
+    is undone, and those records must be consumed again."""
+
+    def __init__(self, partitions: Collection[Partition], reason: str) -> None:
+        super().__init__(f"transaction for {sorted(partitions)} aborted: {reason}")
+        self.partitions = list(partitions)
+
+
+class Abortable(BatchpipeError, RuntimeError):
+    """The transaction must be aborted; the producer itself can go on."""
+
+
+def kind(error: KafkaError) -> Kind:
+    """What ``error`` means for the producer that raised or reported it."""
+    code = error.code()
+    if error.fatal() or code in _FENCED or code == KafkaError._FATAL:
+        return "fatal"
+    if code == KafkaError.MSG_SIZE_TOO_LARGE:
+        return "too_large"
+    if error.txn_requires_abort() or code == KafkaError._STATE:
+        return "abortable"
+    if error.retriable() or code in _RETRIABLE_CODES:
+        return "retriable"
+    return "fatal"
+
+
+def call(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, retried while retriable; :class:`Abortable` or :class:`FatalKafkaError`
+    for what retrying cannot mend."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return fn(*args)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            found = kind(error)
+            if found == "abortable":
+                raise Abortable(f"{fn.__name__}: {error}") from exc
+            if found != "retriable" or attempt == ATTEMPTS:
+                # fatal, or fenced: a newer owner of this transactional.id took over, so
+                # this producer is a zombie and must stop; the supervisor restarts the worker
+                raise FatalKafkaError(f"{fn.__name__} failed: {error}") from exc
+            log.warning("retrying %s after %s", fn.__name__, error)
+            time.sleep(_BACKOFF_S * attempt)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def produce_checked(
+    producer: KafkaProducer,
+    limit: int,
+    topic: str,
+    key: bytes | str | None,
+    value: bytes,
+    headers: Headers,
+    on_delivery: OnDelivery,
+) -> None:
+    """:func:`~worker.kafka.produce.produce`, its failures sorted: :class:`MessageTooLarge`,
+    :class:`Abortable` or :class:`FatalKafkaError`; retriable ones are tried again."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            produce(producer, topic, key, value, headers, on_delivery)
+            return
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            found = kind(error)
+            if found == "too_large":
+                # librdkafka checks the size before it queues the record: nothing was sent
+                raise MessageTooLarge(topic, record_size(key, value, headers), limit) from exc
+            if found == "abortable":
+                raise Abortable(f"produce to {topic}: {error}") from exc
+            if found != "retriable" or attempt == ATTEMPTS:
+                raise FatalKafkaError(f"produce to {topic} failed: {error}") from exc
+            log.warning("retrying produce to %s after %s", topic, error)
+            producer.poll(_BACKOFF_S * attempt)
+    raise AssertionError("unreachable: the last attempt returns or raises")
