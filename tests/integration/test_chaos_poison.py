@@ -194,9 +194,6 @@ def pills() -> list[Pill]:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="needs batch_id on decode-time rejections (helper publishfaults)"
-)
 def test_chaos_poison_pills(
     kafka_config: Config, tmp_path: Path, chaos_report: ChaosReport
 ) -> None:
@@ -258,7 +255,6 @@ def answer_of(watcher: ResultWatcher, pill: Pill) -> tuple[int, int | None]:
     return watcher.per_id[pill.custom_id], _code(watcher, pill.custom_id)
 
 
-@pytest.mark.xfail(strict=True, reason="needs oversized answers never fatal (helper publishfaults)")
 def test_chaos_oversized_pills(
     kafka_config: Config, tmp_path: Path, chaos_report: ChaosReport
 ) -> None:
