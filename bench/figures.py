@@ -92,6 +92,21 @@ def batcher_echo_short(r: Result) -> str:
     )
 
 
+def api_short(r: Result) -> str:
+    return (
+        f"{n(r['lines'])} lines ({r['file_bytes'] / 2**20:.0f} MiB): API {r['api_s']} s vs "
+        f"CLI {r['cli_s']} s ({x(r['api_over_cli'])}); server RSS +"
+        f"{r['server_rss_growth_over_file']:.2f}× the file during upload"
+    )
+
+
+def api_headline(r: Result) -> str:
+    return (
+        f"{api_short(r)}; upload {r['api_upload_s']} s, publish {r['api_publish_s']} s; "
+        f"server RSS {r['server_rss_before_mib']:.0f} → {r['server_rss_peak_mib']:.0f} MiB"
+    )
+
+
 #: (what is compared, result name, its figure) — README.md's table, in order
 README_ROWS: tuple[tuple[str, str, Describe], ...] = (
     ("batching vs one request at a time, SmolLM2 on CPU", "realtime", realtime_short),
@@ -100,6 +115,7 @@ README_ROWS: tuple[tuple[str, str, Describe], ...] = (
     ("length-aware + shared-prefix formation vs FIFO, mixed prompts", "formation", formation_short),
     ("worker pipeline with the echo engine, default settings", "overhead", overhead_short),
     ("batch formation on a backlog, echo engine", "batcher_echo", batcher_echo_short),
+    ("OpenAI API upload + create vs `batchpipe submit`, same file", "api", api_short),
 )
 
 
@@ -294,6 +310,15 @@ BENCHES: tuple[Bench, ...] = (
             f"bursty: {r['bursty']}; engine: {r['engine']}"
         ),
         adaptive_headline,
+    ),
+    Bench(
+        "api.py",
+        "api",
+        "python -m bench.api",
+        "the OpenAI API path (upload, create, published) vs `batchpipe submit` on the same "
+        "file, and the server's memory while it takes the upload",
+        lambda r: f"{n(r['lines'])} lines, {r['file_bytes']} bytes; {r['note']}",
+        api_headline,
     ),
     Bench(
         "gpu_check.sh",

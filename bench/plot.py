@@ -151,6 +151,26 @@ def engine_cpu(result: Result, axes: list[Axes]) -> None:
     axes[1].set_ylabel("throughput vs batch 1")
 
 
+def api(result: Result, axes: list[Axes]) -> None:
+    _bars(
+        axes[0],
+        ["batchpipe submit (CLI)", "API: upload", "API: upload + create + publish"],
+        [result["cli_s"], result["api_upload_s"], result["api_s"]],
+        f"{result['lines']:,} lines: time to the requests topic",
+        "seconds",
+    )
+    _bars(
+        axes[1],
+        ["file", "server RSS growth during upload"],
+        [
+            result["file_bytes"] / 2**20,
+            result["server_rss_peak_mib"] - result["server_rss_before_mib"],
+        ],
+        "memory of the API server",
+        "MiB",
+    )
+
+
 CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
     "overhead": overhead,
     "realtime": realtime,
@@ -158,6 +178,7 @@ CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
     "adaptive": adaptive,
     "batcher_echo": batcher_echo,
     "engine_cpu": engine_cpu,
+    "api": api,
 }
 
 

@@ -31,6 +31,7 @@ BENCHMARKS = (
     "wire",
     "realtime",
     "adaptive",
+    "api",
 )
 
 
