@@ -66,8 +66,8 @@ def _stage(svc: Services, upload: UploadFile, who: str) -> FileRecord:
                 for p in exc.problems
             )
             raise bad_request(
-                f"{upload.filename or 'file'}: {len(exc.problems)} invalid, nothing was "
-                f"stored: {problems}",
+                f"{upload.filename or 'file'}: {len(exc.problems)} "
+                f"problem{'s' if len(exc.problems) != 1 else ''}, nothing was stored: {problems}",
                 param="file",
                 code="invalid_file",
             ) from exc
