@@ -22,11 +22,11 @@ def test_a_file_for_another_endpoint_fails_naming_its_lines(
     api_config: Config, serve: Serve, tmp_path: Path
 ) -> None:
     source = tmp_path / "in.jsonl"
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
     lines = [
-        {"custom_id": "chat", "method": "POST", "url": "/v1/chat/completions",
-         "body": {"messages": [{"role": "user", "content": "hi"}]}},
-        {"custom_id": "text", "method": "POST", "url": "/v1/completions", "body": {"prompt": "once"}},
-    ]  # fmt: skip
+        {"custom_id": "chat", "method": "POST", "url": "/v1/chat/completions", "body": chat},
+        {"custom_id": "text", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x"}},
+    ]
     source.write_text("".join(json.dumps(line) + "\n" for line in lines))
     with serve(api_config) as server:
         client = sdk(server)
