@@ -4,12 +4,13 @@ Pure logic with no clock of its own: every call that depends on time takes ``now
 seconds on the caller's clock, the same clock as :attr:`Pending.arrival`).
 
 Life of a request: ``add`` → *queued* (or *follower* of an identical queued/running leader)
-→ ``next_batch`` → *running* → ``complete`` (answered, with its followers). A queued item
-may instead leave through ``pop_expired`` (deadline passed), and any item through
-``drop_partitions`` (partition revoked); a running item may go back to the queue through
-``requeue``. Every added key leaves exactly once — through ``complete``, ``pop_expired``
-or ``drop_partitions`` — so every request gets exactly one answer. A request too big for
-any batch is the caller's to answer before ``add`` (the worker's intake answers 4003).
+→ ``next_batch`` (a static batch) or ``take`` (room in an in-flight engine) → *running* →
+``complete`` (answered, with its followers). A queued item may instead leave through
+``pop_expired`` (deadline passed), and any item through ``drop_partitions`` (partition
+revoked); a running item may go back to the queue through ``requeue``. Every added key
+leaves exactly once — through ``complete``, ``pop_expired`` or ``drop_partitions`` — so
+every request gets exactly one answer. A request too big for any batch is the caller's to
+answer before ``add`` (the worker's intake answers 4003).
 
 A batch is released when it is *full* (the queue holds ``max_batch_size`` requests, or more
 tokens than ``max_batch_tokens``: the next candidate would not fit), when the oldest queued
@@ -36,6 +37,9 @@ one of the first ``N`` batches released from ``T``::
     wait(R) <= max((P − p)·s, timeout_s) + N·c
 
 (plus one batch for each :meth:`requeue` of a request ahead of R, e.g. an engine retry).
+Fed to an in-flight engine through :meth:`take`, ``c`` is the longest interval between two
+calls that find room for the first queued request: a request's wait is bounded by the
+engine's progress in freeing room, the way it is bounded by the batch time here.
 """
 
 from __future__ import annotations
@@ -134,12 +138,24 @@ class DynamicBatcher(Generic[T]):
 
     def next_batch(self, now: float, flush: bool = False) -> Batch[T] | None:
         """Release a batch if one is due (or ``flush`` and anything is queued)."""
-        if not self._order:
+        return self.take(now, self._max_batch_size, self.limits.max_batch_tokens, flush=flush)
+
+    def take(self, now: float, sequences: int, tokens: int, flush: bool = False) -> Batch[T] | None:
+        """The next requests for an engine with room for ``sequences`` more requests and
+        ``tokens`` more tokens (prompt + ``max_tokens`` each), if they are due.
+
+        :meth:`next_batch` is ``take`` with a whole batch's room; an in-flight engine's
+        feeder passes the room left beside what already runs. The same rules apply to the
+        smaller room: the requests go when they fill it (as many as ``sequences``, or more
+        tokens than ``tokens``), when the oldest has waited ``timeout_s``, or on ``flush``;
+        they are chosen by the same formation, the anchor first. Nothing goes while the
+        anchor does not fit in ``tokens``: it waits for room rather than let smaller
+        requests overtake it for ever (``tokens`` of an idle engine is at least
+        ``max_batch_tokens``, which every queued request fits, so it never waits for ever).
+        """
+        if not self._order or sequences < 1:
             return None
-        full = (
-            len(self._order) >= self._max_batch_size
-            or self._queued_tokens > self.limits.max_batch_tokens
-        )
+        full = len(self._order) >= sequences or self._queued_tokens > tokens
         wake = self.wake_at()
         reason: Reason
         if full:
@@ -150,10 +166,13 @@ class DynamicBatcher(Generic[T]):
             reason = "flush"
         else:
             return None
+        queue = self.queued()
+        if queue[0].tokens > tokens:
+            return None
         items = select(
-            self.queued(),
-            self._max_batch_size,
-            self.limits.max_batch_tokens,
+            queue,
+            sequences,
+            tokens,
             length_aware=self.limits.length_aware,
             shared_prefix=self.limits.shared_prefix,
             now=now,

@@ -77,8 +77,12 @@ class EngineConfig:
     # trtllm only: "dummy" gives random weights (throughput checks without a checkpoint's
     # weights; the directory still needs config.json and the tokenizer)
     load_format: Literal["auto", "dummy"] = "auto"
-    # echo engine only: seconds per generated token, so it paces like a model in tests
+    # echo engine only (worker/engines/echo.py): fed one static batch at a time or in flight,
+    # and paced like a model: each decoding step (one token for every sequence in it) costs
+    # simulated_token_s + simulated_token_per_seq_s × sequences
+    echo_mode: Literal["static", "in_flight"] = "static"
     simulated_token_s: float = 0.0
+    simulated_token_per_seq_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -236,6 +240,18 @@ def _inconsistencies(config: Config) -> list[str]:
             f"engine.load_format: {config.engine.load_format!r} is supported by the trtllm "
             f"engine only, not by {config.engine.kind!r}"
         )
+    e = config.engine
+    echo_only = {
+        "echo_mode": e.echo_mode != "static",
+        "simulated_token_s": e.simulated_token_s != 0,
+        "simulated_token_per_seq_s": e.simulated_token_per_seq_s != 0,
+    }
+    if e.kind != "echo":
+        found.extend(
+            f"engine.{key}: applies to engine.kind echo only, not {e.kind}"
+            for key, is_set in echo_only.items()
+            if is_set
+        )
     if b.max_batch_size > b.prefetch_count:
         found.append(
             f"batching.max_batch_size: {b.max_batch_size} exceeds batching.prefetch_count "
@@ -361,7 +377,8 @@ def load_config(
     Validation is the schema, then the rules across settings that it cannot express
     (commit interval against the transaction timeout, default ``max_tokens`` against the
     batch budget, batch size against ``prefetch_count``, the producer's ``message.max.bytes``
-    against ``limits.max_message_bytes``, librdkafka settings batchpipe owns).
+    against ``limits.max_message_bytes``, librdkafka settings batchpipe owns, echo-only
+    engine settings with another engine kind).
     """
     doc: dict[str, Any] = Config().to_dict()
     if path is not None:

@@ -1,4 +1,5 @@
-"""batch → run: formed batches go to the engine thread; what finishes becomes results.
+"""batch → run for a static engine: formed batches go to the engine thread; what finishes
+becomes results (the :class:`~worker.stage.Stage` of :class:`StaticEngine`).
 
 At most one batch is in the engine at a time. The next one is formed only when the
 engine is free, so under load it takes everything that queued meanwhile (fuller
@@ -12,17 +13,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 
-from batcher import AdaptiveBatchSize, Batch, DynamicBatcher
-from worker.config import Config
+from batcher import AdaptiveBatchSize, Batch, Partition
 from worker.engines.base import StaticEngine
-from worker.errors import ErrorCode
-from worker.jobs import Identity, Job, completed
-from worker.obs.health import Health
-from worker.obs.metrics import WorkerMetrics
-from worker.outbox import Outbox
+from worker.jobs import Job
 from worker.runner import BatchDone, EngineRunner, Finished
+from worker.stage import Stage, StageParts
 
 log = logging.getLogger("batchpipe.worker")
 
@@ -38,29 +36,14 @@ class _Running:
     size_limit: int
 
 
-class EngineStage:
+class EngineStage(Stage):
     def __init__(
-        self,
-        engine: StaticEngine,
-        batcher: DynamicBatcher[Job],
-        adaptive: AdaptiveBatchSize,
-        outbox: Outbox,
-        metrics: WorkerMetrics,
-        health: Health,
-        identity: Identity,
-        config: Config,
+        self, engine: StaticEngine, adaptive: AdaptiveBatchSize, parts: StageParts
     ) -> None:
+        super().__init__(parts)
         self._runner = EngineRunner(engine)
-        self._batcher = batcher
         self._adaptive = adaptive
-        self._outbox = outbox
-        self._metrics = metrics
-        self._health = health
-        self._identity = identity
-        self._timeout_s = config.engine.engine_timeout_s
-        self._max_batch_tokens = config.batching.max_batch_tokens
         self._running: _Running | None = None
-        self.wedged = False
 
     @property
     def busy(self) -> bool:
@@ -76,6 +59,10 @@ class EngineStage:
         # a hung engine thread never ends: waiting for it would only delay the exit
         self._runner.stop(timeout_s=0.0 if self.wedged else 5.0)
 
+    def drop(self, partitions: Collection[Partition]) -> None:
+        """Nothing to do: a batch on the engine cannot be stopped part-way, so it runs to its
+        end, and the answers of dropped requests find no one left in the batcher."""
+
     def dispatch(self, now: float, flush: bool) -> None:
         """Hand the next due batch to the engine, if the engine is free."""
         if self.wedged or self.busy:
@@ -86,6 +73,7 @@ class EngineStage:
             return
         run_id = self._runner.submit([item.payload.engine_input for item in batch.items])
         self._running = _Running(run_id, batch, now, self._batcher.max_batch_size)
+        self._metrics.set_engine_load(batch.size, batch.tokens)
         log.debug(
             "batch %d: %d requests, %d tokens, %s",
             run_id,
@@ -103,19 +91,13 @@ class EngineStage:
         timeout_s = self._timeout_s
         for event in self._runner.drain():
             if isinstance(event, Finished) and event.run_id == running.run_id:
-                for item in self._batcher.complete(event.completion.key):
-                    result = completed(
-                        item.payload,
-                        event.completion,
-                        identity=self._identity,
-                        batch_size=running.batch.size,
-                        dispatched_at=running.dispatched_at,
-                        finished_at=event.finished_at,
-                    )
-                    job = item.payload
-                    self._outbox.result(
-                        result, job.source, result.timings.queued_s, job.request.submitted_at
-                    )
+                self._metrics.engine_request(event.finished_at - running.dispatched_at)
+                self._answer(
+                    event.completion,
+                    batch_size=running.batch.size,
+                    dispatched_at=running.dispatched_at,
+                    finished_at=event.finished_at,
+                )
             elif isinstance(event, BatchDone) and event.run_id == running.run_id:
                 self._batch_done(running, event)
         since = self._runner.running_since()
@@ -136,15 +118,10 @@ class EngineStage:
         for _ in range(event.out_of_memory):
             self._batcher.max_batch_size = self._adaptive.on_out_of_memory()
         self._running = None
+        self._metrics.set_engine_load(0, 0)
 
     def _engine_hung(self, running: _Running, timeout_s: float) -> None:
         """The engine call outlived ``engine_timeout_s``: fail its requests, stop serving."""
-        self.wedged = True
         self._running = None
-        reason = f"engine call exceeded engine_timeout_s={timeout_s:g}"
-        self._health.set_model_loaded(False, reason)
-        self._health.wedge(reason)
-        log.error("%s; failing %d requests, leaving the group", reason, running.batch.size)
-        for item in running.batch.items:
-            for answered in self._batcher.complete(item.key):
-                self._outbox.failure(answered.payload, ErrorCode.ENGINE_FAILED, reason)
+        self._metrics.set_engine_load(0, 0)
+        self._wedge(f"engine call exceeded engine_timeout_s={timeout_s:g}", running.batch.items)

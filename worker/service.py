@@ -1,9 +1,11 @@
 """The worker: poll → decode → admit → batch → run → publish → commit, until stopped.
 
 One thread owns Kafka, the batcher and the offsets; the engine runs on its own thread
-(:mod:`worker.runner`), so the loop keeps polling, decoding and forming the next batch
-while a batch computes. Every consumed record is answered exactly once — a result, an
-error result or a dead letter — before its offset can be committed.
+(:mod:`worker.runner`) or its own scheduler (an in-flight engine), so the loop keeps
+polling, decoding and choosing what goes next while the engine computes. The stage
+between them depends on how the engine is fed (:mod:`worker.stage`). Every consumed
+record is answered exactly once — a result, an error result or a dead letter — before its
+offset can be committed.
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ from batcher import (
 from worker import __version__
 from worker.cancellations import Cancellations
 from worker.config import Config
-from worker.engine_stage import EngineStage
-from worker.engines.base import Engine, StaticEngine
+from worker.engines.base import Engine
 from worker.engines.factory import create_engine
 from worker.errors import ErrorCode, ModelLoadError
 from worker.held import HeldRecords
@@ -45,6 +46,7 @@ from worker.obs.lag import LagProbe
 from worker.obs.logs import SummaryLogger
 from worker.obs.metrics import WorkerMetrics
 from worker.outbox import Outbox
+from worker.stage import Stage, StageParts, create_stage
 from worker.wire.codec import CodecLimits
 
 log = logging.getLogger("batchpipe.worker")
@@ -107,11 +109,11 @@ class Worker:
         self._lag: LagProbe | None = None
         self._publisher: Publisher | None = None
         self._outbox: Outbox | None = None
-        self._engine_stage: EngineStage | None = None
+        self._engine_stage: Stage | None = None
         self._stops: Cancellations | None = None
 
     @property
-    def engine_stage(self) -> EngineStage:
+    def engine_stage(self) -> Stage:
         assert self._engine_stage is not None, "Kafka clients are not started"
         return self._engine_stage
 
@@ -163,6 +165,13 @@ class Worker:
         )
         self._outbox = Outbox(k, self._publisher, self.ledger, self.metrics, self.identity)
         self.health.set_producer_ok(True)
+        self._engine_stage = create_stage(
+            self.engine,
+            self.adaptive,
+            StageParts(
+                self.batcher, self.outbox, self.metrics, self.health, self.identity, self.config
+            ),
+        )
         self._consumer.subscribe(
             [k.requests_topic],
             on_assign=self._on_assign,
@@ -170,20 +179,6 @@ class Worker:
             on_lost=self._on_lost,
         )
         self.health.set_consumer_ok(True, "waiting for assignment")
-        if not isinstance(self.engine, StaticEngine):
-            raise ModelLoadError(
-                f"engine {self.engine.model_name!r}: in-flight feeding is open work"
-            )
-        self._engine_stage = EngineStage(
-            self.engine,
-            self.batcher,
-            self.adaptive,
-            self.outbox,
-            self.metrics,
-            self.health,
-            self.identity,
-            self.config,
-        )
         log.info(
             "worker %s serving %r from %s (delivery %s)",
             self.worker_id,
@@ -413,7 +408,11 @@ class Worker:
         self._drop(lost)
 
     def _drop(self, partitions: Sequence[Partition]) -> None:
-        """Forget in-flight requests of ``partitions``: their new owner answers them."""
+        """Forget in-flight requests of ``partitions``: their new owner answers them.
+
+        What of them is on an in-flight engine is aborted there first.
+        """
+        self.engine_stage.drop(partitions)
         self.batcher.drop_partitions(partitions)
         self.ledger.forget(partitions)
         self._held.release(partitions)

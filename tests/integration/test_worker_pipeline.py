@@ -20,7 +20,7 @@ from tests.integration.harness import (
 from worker.config import Config
 from worker.engines.echo import EchoEngine
 from worker.wire.codec import JSON_CONTENT_TYPE, REQUEST_CONTENT_TYPE, encode_request
-from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
+from worker.wire.messages import ChatMessage, InferenceRequest, InferenceResult, SamplingParams
 
 pytestmark = pytest.mark.integration
 
@@ -46,9 +46,8 @@ def chat(i: int, **fields: object) -> InferenceRequest:
     )
 
 
-def test_every_request_answered_once_with_its_metadata(kafka_config: Config) -> None:
-    config = echo_config(kafka_config)
-    n = 300
+def answered_once(config: Config, n: int) -> list[InferenceResult]:
+    """Run a worker until ``chat(0..n-1)`` are answered; check each answer came once, right."""
     publish(config, (chat(i) for i in range(n)))
     with running_worker(config):
         results = read_results(config, n)
@@ -61,6 +60,23 @@ def test_every_request_answered_once_with_its_metadata(kafka_config: Config) -> 
         assert dict(r.metadata) == {"row": str(i)}
         assert r.usage.completion_tokens == len(f"hello {i}")
         assert r.batch_size >= 1 and r.model == "echo"
+    return results
+
+
+def test_every_request_answered_once_with_its_metadata(kafka_config: Config) -> None:
+    answered_once(echo_config(kafka_config), 300)
+
+
+def test_an_in_flight_engine_answers_every_request_once(kafka_config: Config) -> None:
+    config = echo_config(kafka_config)
+    engine = replace(
+        config.engine,
+        echo_mode="in_flight",
+        simulated_token_s=0.0005,  # paced, so requests share decoding steps
+        simulated_token_per_seq_s=0.00001,
+    )
+    results = answered_once(replace(config, engine=engine), 300)
+    assert max(r.batch_size for r in results) > 1  # requests joined others in flight
 
 
 def test_at_least_once_delivery_answers_everything(kafka_config: Config) -> None:

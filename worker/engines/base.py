@@ -221,6 +221,13 @@ class EngineOutOfMemory(BatchpipeError, RuntimeError):
     """The batch did not fit in the device's memory; split it and shrink the batch size."""
 
 
+class EngineBroken(BatchpipeError, RuntimeError):
+    """An in-flight engine cannot go on (its scheduler died, it was closed): every request
+    in it is lost. Raised by ``submit`` and ``completions``."""
+
+    code = ErrorCode.ENGINE_FAILED
+
+
 OnComplete = Callable[[Completion], None]
 
 

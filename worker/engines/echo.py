@@ -3,9 +3,15 @@
 Its "tokenizer" is UTF-8: one token per byte, so counts are exact and reversible. A chat
 renders as ``"role: content\\n"`` lines; the reply is the last user message's content
 (a plain prompt is echoed whole). It never imports torch, so it measures the pipeline's
-own overhead; ``delay_per_batch_s`` / ``delay_per_token_s`` make it a slow engine for tests.
-Sampling settings cannot change its one answer (``EchoEngine.inert``); ``stop``, ``n`` and
-``logprobs`` it honours.
+own overhead. Sampling settings cannot change its one answer (``EchoEngine.inert``);
+``stop``, ``n`` and ``logprobs`` it honours.
+
+It can pace itself like a model on an accelerator, one decoding step per generated token,
+each step costing ``delay_per_token_s + delay_per_seq_token_s × rows`` (a fixed cost and
+one per sequence in the step). A static batch keeps every row in every step until its
+longest row ends, as padded batched generation does; the in-flight echo engine
+(:mod:`worker.engines.echo_inflight`) steps only the sequences still running.
+``delay_per_batch_s`` adds a fixed cost per batch.
 """
 
 from __future__ import annotations
@@ -104,6 +110,25 @@ def _reply(item: EngineInput) -> tuple[str, FinishReason, int]:
     return reply, "stop", len(data)
 
 
+def encode_echo(request: InferenceRequest) -> tuple[int, ...]:
+    """The echo engines' tokens: the prompt's UTF-8 bytes, a chat rendered first."""
+    if request.prompt_token_ids:
+        if any(not 0 <= t <= 255 for t in request.prompt_token_ids):
+            raise RequestError(
+                ErrorCode.INVALID_PARAMETER,
+                "the echo engine's tokens are UTF-8 bytes: prompt_token_ids must be in 0..255",
+                request.custom_id,
+            )
+        return tuple(request.prompt_token_ids)
+    if request.messages:
+        text = render_chat([(m.role, m.content) for m in request.messages])
+    else:
+        text = request.prompt or ""
+    if not text:
+        raise RequestError(ErrorCode.INVALID_PARAMETER, "empty prompt", request.custom_id)
+    return tuple(text.encode())
+
+
 class EchoEngine(StaticEngine):
     """Echoes prompts back; each input completes after its own simulated decoding time."""
 
@@ -114,43 +139,34 @@ class EchoEngine(StaticEngine):
         | {"presence_penalty", "frequency_penalty", "repetition_penalty"}
     )
 
-    def __init__(self, *, delay_per_batch_s: float = 0.0, delay_per_token_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        delay_per_batch_s: float = 0.0,
+        delay_per_token_s: float = 0.0,
+        delay_per_seq_token_s: float = 0.0,
+    ) -> None:
         self.model_name = "echo"
         self._delay_per_batch_s = delay_per_batch_s
         self._delay_per_token_s = delay_per_token_s
+        self._delay_per_seq_token_s = delay_per_seq_token_s
         self._meter = BusyMeter()
 
     def load(self) -> None:
         """Nothing to load."""
 
     def encode(self, request: InferenceRequest) -> tuple[int, ...]:
-        if request.prompt_token_ids:
-            if any(not 0 <= t <= 255 for t in request.prompt_token_ids):
-                raise RequestError(
-                    ErrorCode.INVALID_PARAMETER,
-                    "the echo engine's tokens are UTF-8 bytes: prompt_token_ids must be in 0..255",
-                    request.custom_id,
-                )
-            return tuple(request.prompt_token_ids)
-        if request.messages:
-            text = render_chat([(m.role, m.content) for m in request.messages])
-        else:
-            text = request.prompt or ""
-        if not text:
-            raise RequestError(ErrorCode.INVALID_PARAMETER, "empty prompt", request.custom_id)
-        return tuple(text.encode())
+        return encode_echo(request)
 
     def run_batch(self, inputs: Sequence[EngineInput], on_complete: OnComplete) -> None:
         with self._meter.busy():
             completions = [echo_completion(item) for item in inputs]
             start = time.monotonic()
+            # every row stays in every step until the batch ends, finished or not
+            step_s = self._delay_per_token_s + self._delay_per_seq_token_s * len(inputs)
             # a static batch decodes all rows together: shorter answers are ready first
             for completion in sorted(completions, key=lambda c: c.completion_tokens):
-                due = (
-                    start
-                    + self._delay_per_batch_s
-                    + self._delay_per_token_s * completion.completion_tokens
-                )
+                due = start + self._delay_per_batch_s + step_s * completion.completion_tokens
                 wait = due - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)

@@ -13,10 +13,22 @@ from worker.errors import ModelLoadError
 
 def create_engine(engine: EngineConfig, batching: BatchingConfig) -> Engine:
     """An unloaded engine for ``engine.kind``; the caller calls ``load()``."""
+    if engine.kind == "echo" and engine.echo_mode == "in_flight":
+        from worker.engines.echo_inflight import EchoInFlightEngine
+
+        return EchoInFlightEngine(
+            delay_per_token_s=engine.simulated_token_s,
+            delay_per_seq_token_s=engine.simulated_token_per_seq_s,
+            max_sequences=batching.max_batch_size,
+            max_tokens=batching.max_batch_tokens,
+        )
     if engine.kind == "echo":
         from worker.engines.echo import EchoEngine
 
-        return EchoEngine(delay_per_token_s=engine.simulated_token_s)
+        return EchoEngine(
+            delay_per_token_s=engine.simulated_token_s,
+            delay_per_seq_token_s=engine.simulated_token_per_seq_s,
+        )
     if engine.kind == "hf":
         from worker.engines.hf.engine import HFEngine
 

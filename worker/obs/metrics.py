@@ -128,6 +128,17 @@ class WorkerMetrics:
         self._engine_batch = histogram(
             "batchpipe_engine_batch_seconds", "Engine time per batch.", LATENCY_BUCKETS
         )
+        self._engine_request = histogram(
+            "batchpipe_engine_request_seconds",
+            "Handed to the engine to finished, per request.",
+            LATENCY_BUCKETS,
+        )
+        self._engine_sequences = gauge(
+            "batchpipe_engine_sequences", "Requests on the engine now (a batch, or in flight)."
+        )
+        self._engine_tokens = gauge(
+            "batchpipe_engine_tokens", "Prompt + max_tokens of the requests on the engine now."
+        )
         self._batch_size = histogram(
             "batchpipe_batch_size", "Requests per batch.", BATCH_SIZE_BUCKETS
         )
@@ -240,6 +251,20 @@ class WorkerMetrics:
         for wait in waits:
             self._batch_wait.observe(wait)
         self._engine_batch.observe(engine_s)
+
+    def submitted(self, batch_wait_s: Sequence[float]) -> None:
+        """Requests went into an in-flight engine, after these waits in the batcher."""
+        for wait in batch_wait_s:
+            self._batch_wait.observe(wait)
+
+    def engine_request(self, seconds: float) -> None:
+        """A request finished, ``seconds`` after it was handed to the engine."""
+        self._engine_request.observe(seconds)
+
+    def set_engine_load(self, sequences: int, tokens: int) -> None:
+        """What the engine holds now: requests, and their prompt + ``max_tokens``."""
+        self._engine_sequences.set(sequences)
+        self._engine_tokens.set(tokens)
 
     def set_inflight(self, n: int) -> None:
         self._inflight.set(n)

@@ -1,12 +1,12 @@
 """Stateful property test of DynamicBatcher against its invariants.
 
-Random interleavings of add / time passing / release / complete / requeue / expire /
-revoke / resize, under random limits and formation modes, checking after every step:
-limits never exceeded, every request answered exactly once (complete, pop_expired or
-drop_partitions; one too big for any batch is refused and not kept), the anchor (highest
-effective priority: priority with aging) in every released batch, strict order in FIFO
-mode, release exactly when full / timed out / flushed, and dedup followers answered with
-their leader.
+Random interleavings of add / time passing / release / take (room of an in-flight engine) /
+complete / requeue / expire / revoke / resize, under random limits and formation modes,
+checking after every step: limits (or the room given to take) never exceeded, every
+request answered exactly once (complete, pop_expired or drop_partitions; one too big for
+any batch is refused and not kept), the anchor (highest effective priority: priority with
+aging) in every released batch, strict order in FIFO mode, release exactly when full /
+timed out / flushed, and dedup followers answered with their leader.
 """
 
 from __future__ import annotations
@@ -160,6 +160,35 @@ class BatcherMachine(RuleBasedStateMachine):
             assert all(self.order(i) < self.order(j) for i in batch.items for j in left)
         elif batch.size < size:
             spare = limit - batch.tokens
+            assert all(i.tokens > spare for i in left)
+        self.running |= {i.key for i in batch.items}
+
+    @rule(sequences=st.integers(0, 6), tokens=st.integers(0, 400), flush=st.booleans())
+    def take(self, sequences: int, tokens: int, flush: bool) -> None:
+        """Room of an in-flight engine: the release rules of a batch, with the room as limits."""
+        queue = self.b.queued()
+        wake = self.b.wake_at()
+        batch = self.b.take(self.now, sequences, tokens, flush=flush)
+        if not queue or sequences < 1:
+            assert batch is None
+            return
+        assert wake is not None
+        full = len(queue) >= sequences or sum(i.tokens for i in queue) > tokens
+        anchor = min(queue, key=self.order)
+        due = (full or self.now >= wake or flush) and anchor.tokens <= tokens
+        assert (batch is not None) == due
+        if batch is None:
+            return
+        assert batch.reason == ("full" if full else "timeout" if self.now >= wake else "flush")
+        assert 1 <= batch.size <= sequences
+        assert batch.tokens <= tokens
+        assert all(i in queue for i in batch.items)
+        assert batch.items[0] == anchor  # the anchor first: it waits for room, never skipped
+        left = [i for i in queue if i not in batch.items]
+        if self.fifo:
+            assert list(batch.items) == queue[: batch.size]
+        elif batch.size < sequences:
+            spare = tokens - batch.tokens
             assert all(i.tokens > spare for i in left)
         self.running |= {i.key for i in batch.items}
 

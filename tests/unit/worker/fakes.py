@@ -23,6 +23,9 @@
   publisher or a real one (``delivery``) on :mod:`fake_producer`'s producers.
 * :class:`GatedEngine` — the echo engine's answers, but ``run_batch`` waits until the test
   opens its gate, so a batch stays "on the engine" for as long as a test needs.
+* :class:`GatedInFlightEngine` — the same for an in-flight engine: what is submitted runs
+  until the test opens the gate; it records every submit and abort, and can be made to
+  break, or to report aborted requests anyway (an engine that breaks the contract).
 """
 
 from __future__ import annotations
@@ -44,8 +47,16 @@ from confluent_kafka import (
 
 from batcher import OffsetTracker, Partition
 from worker.config import KafkaConfig
-from worker.engines.base import EngineInput, OnComplete, StaticEngine
-from worker.engines.echo import EchoEngine
+from worker.engines.base import (
+    Capacity,
+    Completion,
+    EngineBroken,
+    EngineInput,
+    InFlightEngine,
+    OnComplete,
+    StaticEngine,
+)
+from worker.engines.echo import EchoEngine, echo_completion, encode_echo
 from worker.kafka.consumer import KafkaConsumer, RebalanceCallback, RecordHeaders
 from worker.kafka.factory import KafkaClients, OnOutcome
 from worker.kafka.produce import Headers, record_size
@@ -480,6 +491,82 @@ class GatedEngine(StaticEngine):
 
     def utilization(self) -> float:
         return self._echo.utilization()
+
+
+class GatedInFlightEngine(InFlightEngine):
+    """Echo answers for what was submitted, reported once the test opens the gate.
+
+    Room for ``max_sequences`` at once. ``late_aborts``: aborted requests are still
+    completed (breaking the contract, as a racing engine might). ``broken``: ``completions``
+    raises, as from an engine whose scheduler died.
+    """
+
+    def __init__(
+        self,
+        *,
+        gated: bool = True,
+        max_sequences: int = 64,
+        late_aborts: bool = False,
+        broken: bool = False,
+    ) -> None:
+        self.model_name = "echo"
+        self._gate = threading.Event()
+        if not gated:
+            self._gate.set()
+        self._max_sequences = max_sequences
+        self._late_aborts = late_aborts
+        self._broken = broken
+        self._lock = threading.Lock()
+        self._running: dict[str, EngineInput] = {}
+        self.submitted: list[str] = []  # every key submitted, in order
+        self.aborted: list[str] = []  # every key aborted, in order
+        self.entered = threading.Event()  # set by the first submit
+
+    def open(self) -> None:
+        """Let everything submitted, now or later, complete."""
+        self._gate.set()
+
+    @property
+    def running(self) -> list[str]:
+        with self._lock:
+            return list(self._running)
+
+    def load(self) -> None:
+        """Nothing to load."""
+
+    def encode(self, request: InferenceRequest) -> tuple[int, ...]:
+        return encode_echo(request)
+
+    def submit(self, item: EngineInput) -> None:
+        with self._lock:
+            assert item.key not in self.submitted, f"key {item.key} submitted twice"
+            self.submitted.append(item.key)
+            self._running[item.key] = item
+        self.entered.set()
+
+    def abort(self, keys: Collection[str]) -> None:
+        with self._lock:
+            self.aborted.extend(keys)
+            if not self._late_aborts:
+                for key in keys:
+                    self._running.pop(key, None)
+
+    def completions(self, timeout_s: float = 0.0) -> list[Completion]:
+        if self._broken and self.submitted:
+            raise EngineBroken("the scheduler died")
+        if not self._gate.is_set():
+            return []
+        with self._lock:
+            done = [echo_completion(item) for item in self._running.values()]
+            self._running.clear()
+        return done
+
+    def capacity(self) -> Capacity:
+        with self._lock:
+            return Capacity(max(0, self._max_sequences - len(self._running)), 1 << 30)
+
+    def utilization(self) -> float:
+        return 0.0
 
 
 def _prompt(item: EngineInput) -> str:

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from batcher import Partition
 from worker.config import (
@@ -20,12 +21,20 @@ from worker.config import (
 from worker.service import Worker
 from worker.wire.messages import InferenceResult
 
-from .fakes import Delivery, FakeBroker, FakeClients, FakeConsumer, GatedEngine
+from .fakes import (
+    Delivery,
+    FakeBroker,
+    FakeClients,
+    FakeConsumer,
+    GatedEngine,
+    GatedInFlightEngine,
+)
 
 TOPIC = "requests"
 RESULTS = "results"
 P0: Partition = (TOPIC, 0)
 P1: Partition = (TOPIC, 1)
+E = TypeVar("E", bound=GatedEngine | GatedInFlightEngine)
 #: how long a test waits for a condition before it fails (a bound, not an expectation)
 WAIT_S = 5.0
 
@@ -59,11 +68,11 @@ def loop_config(
 
 
 @dataclass
-class Rig:
+class Rig(Generic[E]):
     worker: Worker
     broker: FakeBroker
     consumer: FakeConsumer
-    engine: GatedEngine
+    engine: E
 
     def start(self) -> None:
         """What :meth:`Worker.run` does before its loop."""
@@ -96,8 +105,8 @@ class Rig:
 
 @contextmanager
 def rig(
-    config: Config, engine: GatedEngine, partitions: int = 2, delivery: Delivery = "fake"
-) -> Iterator[Rig]:
+    config: Config, engine: E, partitions: int = 2, delivery: Delivery = "fake"
+) -> Iterator[Rig[E]]:
     """A started worker on a fresh broker; on exit the engine is opened and the worker shut.
 
     ``delivery`` chooses the publisher: the fake one, or a real one on fake producers.

@@ -68,6 +68,20 @@ def test_a_batch_may_not_be_larger_than_the_requests_in_flight() -> None:
 @pytest.mark.parametrize(
     "item",
     [
+        "engine.echo_mode=in_flight",
+        "engine.simulated_token_s=0.01",
+        "engine.simulated_token_per_seq_s=0.001",
+    ],
+)
+def test_echo_settings_are_refused_for_other_engines(item: str) -> None:
+    assert load_config(sets=["engine.kind=echo", item], environ={})
+    message = refused(item)  # the default kind, hf
+    assert f"engine.{item.split('.')[1].split('=')[0]}" in message and "hf" in message
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
         "kafka.client.transactional.id=mine",
         "kafka.client.enable.auto.commit=true",
         "kafka.client.isolation.level=read_uncommitted",

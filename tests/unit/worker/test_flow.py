@@ -1,4 +1,5 @@
-"""Flow control of the worker loop against in-memory Kafka: backpressure and draining."""
+"""Flow control of the worker loop against in-memory Kafka: backpressure and draining,
+with a static engine and with an in-flight one."""
 
 from __future__ import annotations
 
@@ -6,14 +7,17 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
+
+import pytest
 
 from worker.service import EXIT_OK, Worker
 
-from .fakes import FakeBroker, FakeClients, GatedEngine
+from .fakes import FakeBroker, FakeClients, GatedEngine, GatedInFlightEngine
 from .rig import P0, P1, RESULTS, TOPIC, WAIT_S, Rig, loop_config, rig
 
 
-def fill(r: Rig, per_partition: int) -> set[str]:
+def fill(r: Rig[Any], per_partition: int) -> set[str]:
     ids = set()
     for p in (0, 1):
         for i in range(per_partition):
@@ -30,16 +34,34 @@ def wait_for(done: Callable[[], bool], what: str) -> None:
         time.sleep(0.001)
 
 
-def paused_gauge(r: Rig) -> float | None:
+def paused_gauge(r: Rig[Any]) -> float | None:
     return r.worker.metrics.registry.get_sample_value("batchpipe_paused_partitions")
 
 
-def test_a_full_worker_pauses_its_partitions_and_resumes_them_when_room_frees() -> None:
-    with rig(loop_config(prefetch_count=4, max_batch_size=2), GatedEngine()) as r:
+def on_engine(engine: GatedEngine | GatedInFlightEngine) -> int:
+    """Requests held by the engine now: the batch on it, or those in flight."""
+    if isinstance(engine, GatedInFlightEngine):
+        return len(engine.running)
+    return len(engine.batches[-1]) if engine.batches else 0
+
+
+ENGINES = [
+    pytest.param(GatedEngine, id="static"),
+    pytest.param(GatedInFlightEngine, id="in-flight"),
+]
+MakeEngine = Callable[[], GatedEngine | GatedInFlightEngine]
+
+
+@pytest.mark.parametrize("make_engine", ENGINES)
+def test_a_full_worker_pauses_its_partitions_and_resumes_them_when_room_frees(
+    make_engine: MakeEngine,
+) -> None:
+    with rig(loop_config(prefetch_count=4, max_batch_size=2), make_engine()) as r:
         ids = fill(r, per_partition=6)
         r.consumer.rebalance("assign", [P0, P1])
         r.step_until(lambda: r.consumer.paused() == {P0, P1}, "the partitions paused")
         assert len(r.worker.ledger) == 4
+        assert on_engine(r.engine) == 2  # max_batch_size: the batch, or what is in flight
         assert paused_gauge(r) == 2
 
         r.engine.open()
@@ -103,12 +125,13 @@ def test_a_draining_worker_serves_rebalances_while_its_batch_finishes() -> None:
         assert r.broker.committed == {P0: 1}
 
 
-def test_sigterm_drains_in_flight_work_commits_it_and_exits_0() -> None:
+@pytest.mark.parametrize("make_engine", ENGINES)
+def test_sigterm_drains_in_flight_work_commits_it_and_exits_0(make_engine: MakeEngine) -> None:
     # no commit before the end: what is committed, the drain committed
     config = loop_config(max_batch_size=2, commit_interval_ms=3_600_000)
     broker = FakeBroker(TOPIC, 1)
     clients = FakeClients(config.kafka, broker)
-    engine = GatedEngine()
+    engine = make_engine()
     worker = Worker(config, engine, clients)
     ids = {f"r{i}" for i in range(3)}
     for custom_id in sorted(ids):
@@ -119,7 +142,7 @@ def test_sigterm_drains_in_flight_work_commits_it_and_exits_0() -> None:
     thread = threading.Thread(target=lambda: exit_codes.append(worker.run()), daemon=True)
     thread.start()
     try:
-        assert engine.entered.wait(WAIT_S), "no batch reached the engine"
+        assert engine.entered.wait(WAIT_S), "nothing reached the engine"
         worker.stop()  # what the SIGTERM handler does
     finally:
         engine.open()
@@ -130,3 +153,5 @@ def test_sigterm_drains_in_flight_work_commits_it_and_exits_0() -> None:
     assert broker.committed == {P0: 3}
     assert clients.fake_consumer.closed
     assert {RESULTS, config.kafka.dead_letter_topic} <= broker.topics  # ensured at start
+    if isinstance(engine, GatedInFlightEngine):
+        assert engine.aborted == []  # drained, not dropped

@@ -10,6 +10,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from .fakes import FakeBroker, FakeClients, GatedEngine, RebalanceKind
 from .rig import P0, P1, RESULTS, TOPIC, WAIT_S, Rig, loop_config, rig
 
 
-def submit(r: Rig, partitions: int = 2, per_partition: int = 2) -> set[str]:
+def submit(r: Rig[Any], partitions: int = 2, per_partition: int = 2) -> set[str]:
     """``per_partition`` requests on each partition; their custom_ids."""
     ids = set()
     for p in range(partitions):

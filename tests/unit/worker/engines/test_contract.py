@@ -1,9 +1,14 @@
-"""The invariants of worker/engines/base.py, checked on every engine.
+"""The invariants of worker/engines/base.py, checked on every engine, in its feeding mode.
 
-echo, a tiny random-weight Llama through the hf engine and the trtllm engine on the
-stand-in ``tensorrt_llm`` (``fake_trtllm``) always run; SmolLM2 through the hf engine runs
-under ``-m model``; the real TensorRT-LLM only where it is installed (an NVIDIA GPU) and
-BATCHPIPE_TRTLLM_MODEL names a local Hugging Face checkpoint.
+echo (static and in flight), a tiny random-weight Llama through the hf engine and the
+trtllm engine on the stand-in ``tensorrt_llm`` (``fake_trtllm``) always run; SmolLM2
+through the hf engine runs under ``-m model``; the real TensorRT-LLM only where it is
+installed (an NVIDIA GPU) and BATCHPIPE_TRTLLM_MODEL names a local Hugging Face checkpoint.
+
+To check another engine, add a fixture that yields it loaded (closing it afterwards) and a
+``pytest.param`` naming that fixture to :data:`ENGINES`. Every test runs on every engine;
+:func:`run` drives either mode (``run_batch``, or submit and collect), and the tests of
+``abort`` and staggered submission run on the in-flight ones.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from tests.unit.conftest import resolved
 from worker.config import EngineConfig
 from worker.engines.base import Completion, Engine, EngineInput, InFlightEngine, StaticEngine
 from worker.engines.echo import EchoEngine
+from worker.engines.echo_inflight import EchoInFlightEngine
 from worker.errors import RequestError
 from worker.wire.messages import ChatMessage, InferenceRequest
 
@@ -29,20 +35,43 @@ QUESTIONS = (
     "write a short poem about the sea",
     "who wrote hamlet",
 )
+#: the longest an engine may take to complete what the tests submit (a bound, not a pace)
+WAIT_S = 60.0
 
+#: one param per engine: its id, and the fixture that yields it loaded
 ENGINES = [
-    pytest.param("echo", id="echo"),
-    pytest.param("hf-tiny", id="hf-tiny"),
-    pytest.param("hf", id="hf-smollm2", marks=pytest.mark.model),
-    pytest.param("trtllm-fake", id="trtllm-fake"),
+    pytest.param("echo_engine", id="echo"),
+    pytest.param("echo_inflight_engine", id="echo-inflight"),
+    pytest.param("tiny_hf_engine", id="hf-tiny"),
+    pytest.param("hf_engine", id="hf-smollm2", marks=pytest.mark.model),
+    pytest.param("trtllm_fake_engine", id="trtllm-fake"),
     pytest.param(
-        "trtllm",
+        "trtllm_engine",
         id="trtllm",
         marks=pytest.mark.skipif(
             importlib.util.find_spec("tensorrt_llm") is None, reason=TRTLLM_SKIP
         ),
     ),
 ]
+
+
+@pytest.fixture
+def echo_engine() -> Engine:
+    return EchoEngine()
+
+
+@pytest.fixture
+def echo_inflight_engine() -> Iterator[Engine]:
+    # paced, so that requests really share steps; each test's requests take milliseconds
+    engine = EchoInFlightEngine(delay_per_token_s=0.0002, delay_per_seq_token_s=0.00005)
+    engine.load()
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def trtllm_fake_engine(fake_trtllm: tuple[Engine, object]) -> Engine:
+    return fake_trtllm[0]
 
 
 @pytest.fixture(scope="module")
@@ -60,15 +89,15 @@ def trtllm_engine() -> Iterator[Engine]:
 
 @pytest.fixture(params=ENGINES)
 def engine(request: pytest.FixtureRequest) -> Engine:
-    name = request.param
-    if name == "echo":
-        return EchoEngine()
-    if name == "trtllm-fake":
-        fake: Engine = request.getfixturevalue("fake_trtllm")[0]
-        return fake
-    fixture = {"hf-tiny": "tiny_hf_engine", "hf": "hf_engine", "trtllm": "trtllm_engine"}[name]
-    loaded: Engine = request.getfixturevalue(fixture)
+    loaded: Engine = request.getfixturevalue(request.param)
     return loaded
+
+
+@pytest.fixture
+def in_flight(engine: Engine) -> InFlightEngine:
+    if not isinstance(engine, InFlightEngine):
+        pytest.skip(f"{engine.mode} engine: no submit/abort")
+    return engine
 
 
 def chat(engine: Engine, key: str, question: str, **sampling: object) -> EngineInput:
@@ -77,9 +106,18 @@ def chat(engine: Engine, key: str, question: str, **sampling: object) -> EngineI
     return EngineInput(key, engine.encode(request), params)
 
 
+def collect(engine: InFlightEngine, keys: set[str]) -> list[Completion]:
+    """Completions until every one of ``keys`` has one; fails after :data:`WAIT_S`."""
+    seen: list[Completion] = []
+    deadline = time.monotonic() + WAIT_S
+    while not keys <= {c.key for c in seen}:
+        assert time.monotonic() < deadline, f"no completion for {keys - {c.key for c in seen}}"
+        seen.extend(engine.completions(timeout_s=0.1))
+    return seen
+
+
 def run(engine: Engine, inputs: Sequence[EngineInput]) -> dict[str, Completion]:
-    """Each input's completion; a static engine runs them as one batch, an in-flight
-    engine gets them all submitted and is read until every one has completed."""
+    """Run ``inputs`` together: one static batch, or all submitted at once in flight."""
     seen: list[Completion] = []
     if isinstance(engine, StaticEngine):
         engine.run_batch(inputs, seen.append)
@@ -87,15 +125,13 @@ def run(engine: Engine, inputs: Sequence[EngineInput]) -> dict[str, Completion]:
         assert isinstance(engine, InFlightEngine)
         for item in inputs:
             engine.submit(item)
-        deadline = time.monotonic() + 60
-        while len(seen) < len(inputs) and time.monotonic() < deadline:
-            seen += engine.completions(timeout_s=0.5)
+        seen = collect(engine, {i.key for i in inputs})
     keys = [c.key for c in seen]
     assert sorted(keys) == sorted(i.key for i in inputs), "one completion per input"
     return {c.key: c for c in seen}
 
 
-def test_every_input_completes_exactly_once_before_run_batch_returns(engine: Engine) -> None:
+def test_every_input_completes_exactly_once(engine: Engine) -> None:
     inputs = [chat(engine, f"k{i}", q) for i, q in enumerate(QUESTIONS)]
     done = run(engine, inputs)
     assert all(c.error is None for c in done.values())
@@ -152,3 +188,48 @@ def test_utilization_is_a_fraction(engine: Engine) -> None:
     run(engine, [chat(engine, "k", QUESTIONS[0])])
     assert 0.0 <= engine.utilization() <= 1.0
     assert isinstance(engine.model_name, str) and engine.model_name
+
+
+def test_greedy_text_is_the_same_when_submitted_while_others_run(in_flight: InFlightEngine) -> None:
+    inputs = [chat(in_flight, f"k{i}", q) for i, q in enumerate(QUESTIONS)]
+    alone = {item.key: run(in_flight, [item])[item.key] for item in inputs}
+    in_flight.submit(inputs[0])
+    seen = in_flight.completions(timeout_s=0.01)  # the first may be running or done
+    for item in inputs[1:]:
+        in_flight.submit(item)
+    seen += collect(in_flight, {i.key for i in inputs} - {c.key for c in seen})
+    assert sorted(c.key for c in seen) == sorted(alone)
+    for c in seen:
+        assert (c.text, c.completion_tokens) == (alone[c.key].text, alone[c.key].completion_tokens)
+
+
+def test_an_aborted_request_is_never_completed(in_flight: InFlightEngine) -> None:
+    kept = [chat(in_flight, f"k{i}", q, max_tokens=64) for i, q in enumerate(QUESTIONS)]
+    doomed = chat(in_flight, "doomed", QUESTIONS[2], max_tokens=64)
+    in_flight.submit(doomed)
+    for item in kept:
+        in_flight.submit(item)
+    in_flight.abort([doomed.key])
+    seen = collect(in_flight, {i.key for i in kept})
+    seen += in_flight.completions(timeout_s=0.2)
+    assert sorted(c.key for c in seen) == sorted(i.key for i in kept)
+
+
+def test_abort_of_an_unknown_or_finished_key_is_harmless(in_flight: InFlightEngine) -> None:
+    in_flight.abort(["never-submitted"])
+    first = chat(in_flight, "first", QUESTIONS[0])
+    assert run(in_flight, [first])["first"].error is None
+    in_flight.abort(["first", "never-submitted"])  # finished and collected already
+    second = chat(in_flight, "second", QUESTIONS[1])
+    assert list(run(in_flight, [second])) == ["second"]
+
+
+def test_capacity_shrinks_with_what_runs_and_comes_back(in_flight: InFlightEngine) -> None:
+    idle = in_flight.capacity()
+    assert idle.sequences >= 1 and idle.tokens >= 1
+    item = chat(in_flight, "k", QUESTIONS[2], max_tokens=64)
+    in_flight.submit(item)
+    busy = in_flight.capacity()
+    in_flight.abort(["k"])  # stopped before it could finish: the room is back at once
+    assert in_flight.capacity() == idle
+    assert busy.sequences <= idle.sequences - 1 or busy.tokens < idle.tokens

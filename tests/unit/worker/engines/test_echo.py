@@ -10,14 +10,15 @@ import pytest
 
 from tests.unit.conftest import resolved
 from worker.config import BatchingConfig, EngineConfig
-from worker.engines.base import Completion, EngineInput
+from worker.engines.base import Completion, Engine, EngineBroken, EngineInput
 from worker.engines.echo import EchoEngine, reply_text
+from worker.engines.echo_inflight import EchoInFlightEngine
 from worker.engines.factory import create_engine
 from worker.errors import RequestError
 from worker.wire.messages import ChatMessage, InferenceRequest
 
 
-def ask(engine: EchoEngine, *messages: tuple[str, str]) -> tuple[int, ...]:
+def ask(engine: Engine, *messages: tuple[str, str]) -> tuple[int, ...]:
     chat = tuple(ChatMessage(role, content) for role, content in messages)
     return engine.encode(InferenceRequest(custom_id="c", messages=chat))
 
@@ -90,10 +91,50 @@ def test_slow_engine_completes_short_answers_first_and_reports_busy_time() -> No
     assert engine.utilization() < 0.5
 
 
+def test_a_static_batch_pays_for_every_row_until_its_longest_ends() -> None:
+    # 4 rows, 10 steps for the longest: each step costs 0.001 + 4 × 0.002 s
+    engine = EchoEngine(delay_per_token_s=0.001, delay_per_seq_token_s=0.002)
+    inputs = [
+        EngineInput(f"k{n}", ask(engine, ("user", "x" * n)), resolved(max_tokens=50))
+        for n in (1, 2, 3, 10)
+    ]
+    start = time.monotonic()
+    engine.run_batch(inputs, lambda c: None)
+    assert time.monotonic() - start >= 10 * (0.001 + 4 * 0.002)
+
+
+def test_in_flight_echo_retires_short_answers_while_long_ones_run() -> None:
+    engine = EchoInFlightEngine(delay_per_token_s=0.001, max_sequences=4, max_tokens=200)
+    engine.load()
+    try:
+        long = EngineInput("long", ask(engine, ("user", "x" * 40)), resolved(max_tokens=50))
+        short = EngineInput("short", ask(engine, ("user", "x")), resolved(max_tokens=50))
+        engine.submit(long)
+        engine.submit(short)
+        assert engine.capacity().sequences == 2
+        assert engine.capacity().tokens == 200 - 2 * 50 - len(long.prompt_token_ids) - len(
+            short.prompt_token_ids
+        )
+        order: list[str] = []
+        while len(order) < 2:
+            order += [c.key for c in engine.completions(timeout_s=1.0)]
+        assert order == ["short", "long"]
+        assert engine.capacity().sequences == 4 and engine.capacity().tokens == 200
+        assert 0.0 < engine.utilization() <= 1.0
+    finally:
+        engine.close()
+    with pytest.raises(EngineBroken):
+        engine.submit(long)
+
+
 def test_factory_builds_each_kind_without_loading_anything() -> None:
     batching = BatchingConfig()
     echo = create_engine(EngineConfig(kind="echo"), batching)
-    assert echo.model_name == "echo"
+    assert echo.model_name == "echo" and echo.mode == "static"
+    echo = create_engine(EngineConfig(kind="echo", echo_mode="in_flight"), batching)
+    assert isinstance(echo, EchoInFlightEngine) and echo.mode == "in_flight"
+    assert echo.capacity().sequences == batching.max_batch_size
+    assert echo.capacity().tokens == batching.max_batch_tokens
     hf = create_engine(EngineConfig(kind="hf", model="/some/dir"), batching)
     assert hf.model_name == "/some/dir"
     trt = create_engine(EngineConfig(kind="trtllm", model="/ckpt"), batching)

@@ -85,6 +85,8 @@ def test_expressions_reference_only_exposed_metrics(dashboard: dict[str, Any]) -
         "batchpipe_request_latency_seconds_bucket",
         "batchpipe_queue_wait_seconds_bucket",
         "batchpipe_engine_batch_seconds_bucket",
+        "batchpipe_engine_request_seconds_bucket",
+        "batchpipe_engine_sequences",
         "batchpipe_batch_fill_ratio_sum",
         "batchpipe_batch_token_fill_ratio_sum",
         "batchpipe_consumer_lag",
