@@ -7,7 +7,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic
+
+from typing_extensions import TypeVar  # a default (PEP 696): a bare ``Rig`` is a static one
 
 from batcher import Partition
 from worker.config import (
@@ -34,7 +36,7 @@ TOPIC = "requests"
 RESULTS = "results"
 P0: Partition = (TOPIC, 0)
 P1: Partition = (TOPIC, 1)
-E = TypeVar("E", bound=GatedEngine | GatedInFlightEngine)
+E = TypeVar("E", bound=GatedEngine | GatedInFlightEngine, default=GatedEngine)
 #: how long a test waits for a condition before it fails (a bound, not an expectation)
 WAIT_S = 5.0
 
