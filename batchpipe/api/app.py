@@ -85,6 +85,13 @@ def create_app(config: Config, keys: Keys) -> FastAPI:
         error = ApiError(exc.status_code, str(exc.detail))
         return JSONResponse(error.body(), status_code=exc.status_code)
 
+    @app.exception_handler(Exception)
+    async def server_error(request: Request, exc: Exception) -> JSONResponse:
+        # Kafka or the file store failing mid-request: logged here, answered as OpenAI does
+        log.error("%s %s failed: %r", request.method, request.url.path, exc)
+        error = ApiError(500, f"the server failed: {exc}", type="server_error")
+        return JSONResponse(error.body(), status_code=500)
+
     @app.middleware("http")
     async def count(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]

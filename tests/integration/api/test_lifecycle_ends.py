@@ -5,6 +5,7 @@ server's health, readiness and metrics."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,21 @@ def test_a_batch_past_its_window_expires_with_4006_for_every_unanswered_request(
         assert requests.get(f"{server.url}/readyz", timeout=10).json() == {"ready": True}
         metrics = requests.get(f"{server.url}/metrics", timeout=10).text
         assert "batchpipe_api_batches_created_total 1.0" in metrics
+
+
+def test_a_broken_store_is_a_500_error_object_and_not_ready(
+    api_config: Config, serve: Serve, tmp_path: Path
+) -> None:
+    with serve(api_config) as server:
+        shutil.rmtree(Path(api_config.api.store_dir) / "objects")
+        answer = requests.post(
+            f"{server.url}/v1/files",
+            headers={"Authorization": "Bearer sk-alice"},
+            files={"file": ("in.jsonl", batch_file(tmp_path / "in.jsonl", 1).read_bytes())},
+            data={"purpose": "batch"},
+            timeout=30,
+        )
+        assert answer.status_code == 500
+        assert answer.json()["error"]["type"] == "server_error"
+        assert requests.get(f"{server.url}/readyz", timeout=10).status_code == 503
+        assert sdk(server).files.list().data == []
