@@ -107,6 +107,22 @@ def api_headline(r: Result) -> str:
     )
 
 
+def inflight_short(r: Result) -> str:
+    parts = [
+        f"{name}: **{x(e['ratio_tokens_per_s'])}** generated tokens/s with length-aware "
+        f"formation, {x(e['ratio_tokens_per_s_fifo'])} with FIFO ({e['requests']} requests, "
+        f"batch {e['max_batch_size']}, max_tokens {e['max_tokens'][0]}–{e['max_tokens'][1]})"
+        for name, e in r["engines"].items()
+    ]
+    rss = r.get("rss")
+    if rss:
+        _, _, low, high = rss["rss_mib_first_last_min_max"]
+        parts.append(
+            f"RSS {low:.0f}–{high:.0f} MiB while a {n(rss['requests'])}-request backlog drains"
+        )
+    return "; ".join(parts)
+
+
 #: (what is compared, result name, its figure) — README.md's table, in order
 README_ROWS: tuple[tuple[str, str, Describe], ...] = (
     ("batching vs one request at a time, SmolLM2 on CPU", "realtime", realtime_short),
@@ -116,6 +132,7 @@ README_ROWS: tuple[tuple[str, str, Describe], ...] = (
     ("worker pipeline with the echo engine, default settings", "overhead", overhead_short),
     ("batch formation on a backlog, echo engine", "batcher_echo", batcher_echo_short),
     ("OpenAI API upload + create vs `batchpipe submit`, same file", "api", api_short),
+    ("in flight vs one static batch at a time, through the worker", "inflight", inflight_short),
 )
 
 
@@ -220,6 +237,47 @@ def gpu_headline(r: Result) -> str:
     return f"{r['gpu']}: {'; '.join(parts)}"
 
 
+def inflight_headline(r: Result) -> str:
+    parts = []
+    for name, e in r["engines"].items():
+        modes = ", ".join(
+            f"{mode} {m['requests_per_s']} req/s, {n(m['tokens_per_s'])} tok/s, P50/P99 "
+            f"{m['e2e_p50_s']}/{m['e2e_p99_s']} s, slots idle {m['slot_idle_fraction']:.0%}"
+            for mode, m in e["modes"].items()
+        )
+        parts.append(
+            f"{name}: in flight / static = {x(e['ratio_requests_per_s'])} requests/s, "
+            f"{x(e['ratio_tokens_per_s'])} tokens/s ({x(e['ratio_tokens_per_s_fifo'])} with FIFO "
+            f"formation; {modes})"
+        )
+    rss = r.get("rss")
+    if rss:
+        first, last, low, high = rss["rss_mib_first_last_min_max"]
+        parts.append(
+            f"RSS under a {n(rss['requests'])}-request backlog (echo in flight, prefetch "
+            f"{rss['prefetch_count']}): {first:.0f} MiB at the first answer, {last:.0f} at the "
+            f"last, {low:.0f}–{high:.0f} between; at most {rss['peak_inflight_requests_seen']} "
+            "requests held"
+        )
+    return "; ".join(parts)
+
+
+def inflight_setup(r: Result) -> str:
+    parts = []
+    for name, e in r["engines"].items():
+        shape = (
+            f"each step {e['step_model']['a_s'] * 1000:g} ms + "
+            f"{e['step_model']['b_s_per_sequence'] * 1e6:g} µs per running sequence"
+            if "step_model" in e
+            else f"model {e['model']}, prompts {e['prompt_words'][0]}–{e['prompt_words'][1]} words"
+        )
+        parts.append(
+            f"{name} ({shape}), {e['requests']} requests, batch {e['max_batch_size']}, "
+            f"max_tokens {e['max_tokens'][0]}–{e['max_tokens'][1]}"
+        )
+    return "; ".join(parts)
+
+
 @dataclass(frozen=True)
 class Bench:
     """One row of bench/README.md's table: the question a script answers, and its answer."""
@@ -319,6 +377,15 @@ BENCHES: tuple[Bench, ...] = (
         "file, and the server's memory while it takes the upload",
         lambda r: f"{n(r['lines'])} lines, {r['file_bytes']} bytes; {r['note']}",
         api_headline,
+    ),
+    Bench(
+        "inflight.py",
+        "inflight",
+        "python -m bench.inflight",
+        "the same requests through the worker to one in-flight engine, fed one static batch at a "
+        "time vs in flight; the worker's RSS under a backlog in flight",
+        inflight_setup,
+        inflight_headline,
     ),
     Bench(
         "gpu_check.sh",

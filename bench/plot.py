@@ -171,6 +171,36 @@ def api(result: Result, axes: list[Axes]) -> None:
     )
 
 
+def inflight(result: Result, axes: list[Axes]) -> None:
+    engines = result["engines"]
+    labels = [f"{name} {mode}" for name, e in engines.items() for mode in e["modes"]]
+    runs = [m for e in engines.values() for m in e["modes"].values()]
+    ratios = ", ".join(
+        f"{name} {e['ratio_tokens_per_s']}x (FIFO {e['ratio_tokens_per_s_fifo']}x)"
+        for name, e in engines.items()
+    )
+    _bars(
+        axes[0],
+        labels,
+        [m["tokens_per_s"] for m in runs],
+        f"generated tokens/s, in flight / static: {ratios}",
+        "tokens/s",
+    )
+    width = 0.27
+    keys = [("e2e_p50_s", "end-to-end P50"), ("e2e_p99_s", "end-to-end P99")]
+    for i, (key, label) in enumerate(keys):
+        xs = [j + (i - 0.5) * width for j in range(len(runs))]
+        axes[1].bar(xs, [m[key] for m in runs], width, label=label)
+    twin = axes[1].twinx()
+    twin.plot(range(len(runs)), [m["slot_idle_fraction"] for m in runs], "o", color="tab:red")
+    twin.set_ylim(0, 1)
+    twin.set_ylabel("sequence slots idle (red)")
+    axes[1].set_xticks(range(len(runs)), labels, fontsize=8)
+    axes[1].set_ylabel("seconds")
+    axes[1].set_title("latency (all requests at t=0) and idle slots", fontsize=10)
+    axes[1].legend(fontsize=7, loc="upper left")
+
+
 CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
     "overhead": overhead,
     "realtime": realtime,
@@ -179,6 +209,7 @@ CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
     "batcher_echo": batcher_echo,
     "engine_cpu": engine_cpu,
     "api": api,
+    "inflight": inflight,
 }
 
 

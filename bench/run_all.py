@@ -32,6 +32,7 @@ BENCHMARKS = (
     "realtime",
     "adaptive",
     "api",
+    "inflight",
 )
 
 

@@ -9,8 +9,10 @@ longest answer of a batch. Answers, stop strings and token counts are those of
 :func:`worker.engines.echo.echo_completion`, so greedy output is identical alone, in a
 static batch and in flight.
 
-With both delays 0 a step costs nothing and every sequence finishes in the step after it
-was submitted (no thread spins through empty steps).
+Steps run back to back on the device's clock: each ends ``cost`` after the previous one,
+however late the step thread wakes (the worker loop may hold the GIL), as a GPU's steps
+would. With both delays 0 a step costs nothing and every sequence finishes in the step
+after it was submitted (no thread spins through empty steps).
 """
 
 from __future__ import annotations
@@ -125,25 +127,35 @@ class EchoInFlightEngine(InFlightEngine):
             raise EngineBroken("the echo engine is closed")
 
     def _loop(self) -> None:
+        step_end: float | None = None  # when the previous step ended, on the device's clock
         try:
             while True:
                 with self._cond:
+                    if not self._running:
+                        step_end = None  # idle: the next step starts when work arrives
                     self._cond.wait_for(lambda: self._running or self._closed)
                     if self._closed:
                         return
                     in_step = list(self._running)
-                self._step(in_step)
+                # steps follow each other on the device's own clock: a late wake-up of this
+                # thread (the worker holding the GIL) delays no step, as it would not delay
+                # a GPU's; only the step's own cost counts
+                start = time.monotonic() if step_end is None else step_end
+                step_end = start + self._fixed_s + self._per_seq_s * len(in_step)
+                self._step(in_step, step_end)
         except BaseException as exc:  # reported to the worker by the next call
             with self._cond:
                 self._failure = exc
                 self._cond.notify_all()
 
-    def _step(self, keys: list[str]) -> None:
-        """One decoding step of ``keys`` (the sequences running when it began)."""
+    def _step(self, keys: list[str], end: float) -> None:
+        """One decoding step of ``keys`` (the sequences running when it began), over at
+        ``end`` (monotonic seconds)."""
         cost_s = self._fixed_s + self._per_seq_s * len(keys)
         with self._meter.busy():
-            if cost_s > 0:
-                time.sleep(cost_s)
+            wait = end - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
             with self._cond:
                 for key in keys:
                     sequence = self._running.get(key)
