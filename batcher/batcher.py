@@ -7,8 +7,9 @@ Life of a request: ``add`` → *queued* (or *follower* of an identical queued/ru
 → ``next_batch`` (a static batch) or ``take`` (room in an in-flight engine) → *running* →
 ``complete`` (answered, with its followers). A queued item may instead leave through
 ``pop_expired`` (deadline passed), and any item through ``drop_partitions`` (partition
-revoked); a running item may go back to the queue through ``requeue``. Every added key
-leaves exactly once — through ``complete``, ``pop_expired`` or ``drop_partitions`` — so
+revoked) or ``drop_where`` (its batch stopped); a running item may go back to the queue
+through ``requeue``. Every added key leaves exactly once — through ``complete``,
+``pop_expired``, ``drop_partitions`` or ``drop_where`` — so
 every request gets exactly one answer. A request too big for any batch is the caller's to
 answer before ``add`` (the worker's intake answers 4003).
 
@@ -234,34 +235,27 @@ class DynamicBatcher(Generic[T]):
         the leader, back in the queue, and the others follow it.
         """
         revoked = set(partitions)
+        return self.drop_where(lambda item: item.partition in revoked, running=True)
+
+    def drop_where(
+        self, doomed: Callable[[Pending[T]], bool], *, running: bool = False
+    ) -> list[Pending[T]]:
+        """Remove and return every queued item and every follower for which ``doomed`` holds,
+        and the running ones too when ``running``.
+
+        Without ``running``, running items stay: they are on the engine and answer when
+        they finish (a static engine cannot stop part of a batch). With it, the caller
+        takes them off the engine (an in-flight engine aborts them). A dropped leader's
+        other followers are not lost: the first becomes the leader, back in the queue.
+        """
         dropped: list[Pending[T]] = []
-        for leader in [*self.queued(), *self._running.values()]:
-            if leader.partition in revoked:
+        leaders = [*self.queued(), *(self._running.values() if running else ())]
+        for leader in leaders:
+            if doomed(leader):
                 if leader.key in self._queued:
                     self._dequeue(leader)
                 else:
                     del self._running[leader.key]
-                dropped.append(leader)
-                dropped.extend(self._hand_over(leader, keep=lambda f: f.partition not in revoked))
-        for _, follower in self._index.all_followers():
-            if follower.partition in revoked:
-                self._index.remove_follower(follower.key)
-                dropped.append(follower)
-        for item in dropped:
-            self._forget(item)
-        return dropped
-
-    def drop_where(self, doomed: Callable[[Pending[T]], bool]) -> list[Pending[T]]:
-        """Remove and return every queued item and every follower for which ``doomed`` holds.
-
-        Running items stay: they are on the engine and answer when they finish (a static
-        engine cannot stop part of a batch). A dropped leader's other followers are not
-        lost: the first becomes the leader, back in the queue.
-        """
-        dropped: list[Pending[T]] = []
-        for leader in self.queued():
-            if doomed(leader):
-                self._dequeue(leader)
                 dropped.append(leader)
                 dropped.extend(self._hand_over(leader, keep=lambda f: not doomed(f)))
         for _, follower in self._index.all_followers():

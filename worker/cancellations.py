@@ -6,7 +6,8 @@ value a small JSON object ``{"batch_id", "reason", "at"}``. The topic is compact
 holds one record per stopped batch for as long as the cluster keeps it. Every worker reads
 all of it (no consumer group: every partition from the beginning) and answers a stopped
 batch's requests that have not started without running them — 4005 ``batch_cancelled``,
-4006 ``batch_expired``. A request already on a static engine finishes and its result is
+4006 ``batch_expired``; an in-flight engine aborts the ones it runs, which are answered
+the same way. A request already on a static engine finishes and its result is
 kept, as OpenAI keeps a cancelled batch's finished results.
 """
 

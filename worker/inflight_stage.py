@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from batcher import Partition, Pending
@@ -140,6 +140,22 @@ class InFlightStage(Stage):
             self._engine.abort(keys)
         except Exception as exc:
             self._broken("abort", exc)
+
+    def cancel(self, doomed: Callable[[Pending[Job]], bool]) -> list[Pending[Job]]:
+        """Take the requests of stopped batches out of the queue *and* off the engine
+        (aborted: the contract says they never complete); the caller answers them."""
+        dropped = self._batcher.drop_where(doomed, running=True)
+        keys = [item.key for item in dropped if item.key in self._flights]
+        if keys:
+            for key in keys:
+                self._tokens -= self._flights.pop(key).item.tokens
+            self._metrics.set_engine_load(len(self._flights), self._tokens)
+            log.info("aborting %d requests of stopped batches", len(keys))
+            try:
+                self._engine.abort(keys)
+            except Exception as exc:
+                self._broken("abort", exc)
+        return dropped
 
     def stop(self) -> None:
         """Abort what is still in flight: its records were not committed, so their next

@@ -313,17 +313,18 @@ class Worker:
             )
 
     def _cancel(self) -> None:
-        """Answer the queued requests of batches stopped since the last step (4005/4006)
-        without running them; those on the engine finish and keep their results."""
+        """Answer the requests of batches stopped since the last step (4005/4006) without
+        running them: queued ones, and those an in-flight engine aborts; a static batch
+        already on the engine finishes and keeps its results."""
         assert self._stops is not None
         stopped = self._stops.poll()
         if not stopped:
             return
-        doomed = self.batcher.drop_where(lambda p: p.payload.request.batch_id in stopped)
+        doomed = self.engine_stage.cancel(lambda p: p.payload.request.batch_id in stopped)
         for item in doomed:
             stop = stopped[item.payload.request.batch_id]
             self.outbox.failure(item.payload, stop.code, stop.message)
-        log.info("stopped %d batches: %d queued requests answered", len(stopped), len(doomed))
+        log.info("stopped %d batches: %d unfinished requests answered", len(stopped), len(doomed))
 
     def _publish_and_commit(self, now: float) -> None:
         assert self._publisher is not None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from batcher import AdaptiveBatchSize, DynamicBatcher, Partition, Pending
@@ -78,6 +78,12 @@ class Stage(ABC):
     def drop(self, partitions: Collection[Partition]) -> None:
         """``partitions`` left this worker: what of theirs is on the engine is never
         answered here (an in-flight engine aborts it; a static batch runs to its end)."""
+
+    def cancel(self, doomed: Callable[[Pending[Job]], bool]) -> list[Pending[Job]]:
+        """Take the requests of stopped batches (``doomed``) out of the queue, unanswered;
+        the caller answers them (4005/4006). A static batch already on the engine cannot
+        be stopped in part: its requests finish and keep their results."""
+        return self._batcher.drop_where(doomed)
 
     @abstractmethod
     def stop(self) -> None:
