@@ -64,7 +64,7 @@ EVERY_FIELD: list[dict[str, Any]] = [
         "custom_id": "prompt",
         "method": "POST",
         "url": "/v1/completions",
-        "body": {"model": "echo", "prompt": "once upon", "max_completion_tokens": 8},
+        "body": {"model": "echo", "prompt": "once upon", "max_tokens": 8},
     },
     {
         "custom_id": "tokens",
@@ -211,7 +211,7 @@ def test_collect_writes_one_line_per_custom_id(kafka_config: Config, tmp_path: P
     err_lines = [json.loads(x) for x in errors.read_text().splitlines()]
     assert sorted(x["custom_id"] for x in out_lines) == [f"r{i}" for i in range(5)]
     assert [x["custom_id"] for x in err_lines] == ["r5"]
-    assert err_lines[0]["error"] == {"code": "4003", "message": "prompt too long"}
+    assert err_lines[0]["error"] == {"code": "4003", "message": "prompt too long", "param": None}
     assert out_lines[0]["metadata"] == {"id": out_lines[0]["custom_id"]}
     assert (status.total, status.completed, status.failed, status.state) == (6, 5, 1, "completed")
 
