@@ -204,13 +204,13 @@ def test_chaos_poison_pills(
         escaped(c) for c in answered_pills()
     )
     sent = publish_keyed(config, [(p.name.encode(), p.value, p.headers) for p in poison])
-    after = publish(config, requests(20, "after"), keyed=True)
+    after = publish(config, requests(20, "after", start=20), keyed=True)
     watcher = ResultWatcher(config)
     dead = [p for p in poison if p.custom_id is None]
     batches = {
         "before": [r.custom_id for r in requests(20, "before")],
         PILLS: [escaped(c) for c in answered_pills()],
-        "after": [r.custom_id for r in requests(20, "after")],
+        "after": [r.custom_id for r in requests(20, "after", start=20)],
     }
     try:
         with fleet(write_config(config, tmp_path / "worker.yaml")) as workers:
@@ -271,7 +271,7 @@ def test_chaos_oversized_pills(
         [(b"big-metadata", dumps(big), JSON), (b"big-undecodable", undecodable, None)],
         max_message_bytes=4 * 1024 * 1024,
     )
-    after = publish(config, requests(20, "after"), keyed=True)
+    after = publish(config, requests(20, "after", start=20), keyed=True)
     watcher = ResultWatcher(config)
     try:
         with fleet(write_config(config, tmp_path / "worker.yaml")) as workers:
@@ -280,7 +280,7 @@ def test_chaos_oversized_pills(
                 "oversized results and dead letters",
                 config,
                 merged(sent.ends, after.ends),
-                {"big": ["pill-big-metadata"], "after": [f"r{i}" for i in range(20)]},
+                {"big": ["pill-big-metadata"], "after": [f"r{i}" for i in range(20, 40)]},
                 watcher,
                 workers,
                 chaos_report,
