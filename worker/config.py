@@ -67,8 +67,10 @@ class BatchingConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    kind: Literal["hf", "trtllm", "echo"] = "hf"
+    kind: Literal["hf", "vllm", "trtllm", "echo"] = "hf"
     model: str = "smollm2-135m-instruct"  # a known name, a model directory or a .gguf file
+    # vllm: a GGUF model is converted once into a Hugging Face directory here
+    model_cache_dir: str = "~/.cache/batchpipe/models"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     pinned_memory: bool = True

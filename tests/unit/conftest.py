@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from worker.config import GenerationConfig
+from worker.config import BatchingConfig, GenerationConfig
 from worker.engines.base import ResolvedSampling
 from worker.wire.messages import SamplingParams
 
@@ -61,7 +61,7 @@ def tiny_llama(vocab_size: int = 96, seed: int = 0) -> tuple[Any, Any]:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    return LlamaForCausalLM(config), tokenizer
+    return LlamaForCausalLM(config), tokenizer  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture(scope="session")
@@ -82,6 +82,23 @@ def hf_engine() -> Iterator[Any]:
     from worker.engines.hf.engine import HFEngine
 
     engine = HFEngine(EngineConfig(device="cpu"))
+    engine.load()
+    yield engine
+    engine.close()
+
+
+#: the vllm engine's test limits: small, so its KV cache is small (tests check 4003 at them)
+VLLM_TEST_BATCHING = BatchingConfig(max_batch_size=8, max_batch_tokens=1024, prefetch_count=8)
+
+
+@pytest.fixture(scope="session")
+def vllm_engine() -> Iterator[Any]:
+    """SmolLM2-135M-Instruct through vLLM on the CPU; tests using it carry
+    ``@pytest.mark.model``. The GGUF converts once into the default model cache."""
+    from worker.config import EngineConfig
+    from worker.engines.vllm.engine import VllmEngine
+
+    engine = VllmEngine(EngineConfig(kind="vllm"), VLLM_TEST_BATCHING)
     engine.load()
     yield engine
     engine.close()

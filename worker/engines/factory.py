@@ -1,7 +1,7 @@
 """The one place that turns ``engine.kind`` into an engine.
 
-Imports are lazy: the echo engine never imports torch, and TensorRT-LLM is imported only
-when ``kind: trtllm`` is chosen (and then only by ``load()``).
+Imports are lazy: the echo engine never imports torch, and vLLM and TensorRT-LLM are
+imported only when their kind is chosen (and then only by ``load()``).
 """
 
 from __future__ import annotations
@@ -33,11 +33,15 @@ def create_engine(engine: EngineConfig, batching: BatchingConfig) -> Engine:
         from worker.engines.hf.engine import HFEngine
 
         return HFEngine(engine, batching)
+    if engine.kind == "vllm":
+        from worker.engines.vllm.engine import VllmEngine
+
+        return VllmEngine(engine, batching)
     if engine.kind == "trtllm":
         from worker.engines.trtllm import TrtLlmEngine
 
         return TrtLlmEngine(engine, batching)
-    raise ModelLoadError(f"unknown engine kind {engine.kind!r}: expected hf, trtllm or echo")
+    raise ModelLoadError(f"unknown engine kind {engine.kind!r}: expected hf, vllm, trtllm or echo")
 
 
 def engine_class(kind: str) -> type[Engine]:
@@ -51,6 +55,10 @@ def engine_class(kind: str) -> type[Engine]:
         from worker.engines.hf.engine import HFEngine
 
         return HFEngine
+    if kind == "vllm":
+        from worker.engines.vllm.engine import VllmEngine
+
+        return VllmEngine
     if kind == "trtllm":
         from worker.engines.trtllm import TrtLlmEngine
 

@@ -227,7 +227,7 @@ class HFEngine(StaticEngine):
             sequences = self._model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
-                cache=cache,
+                past_key_values=cache,
                 generation_config=config,
                 logits_processor=processors,
                 stopping_criteria=StoppingCriteriaList([tracker]),

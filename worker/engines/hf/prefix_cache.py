@@ -220,5 +220,5 @@ class PrefixCache:
                 position_ids=positions,
                 use_cache=True,
                 logits_to_keep=1,
-            ).cache
+            ).past_key_values
         return [(layer.keys, layer.values) for layer in cache.layers]

@@ -153,7 +153,7 @@ def test_the_layout_gives_every_row_the_logits_it_has_alone() -> None:
             input_ids=ids[:, 64:],
             attention_mask=mask,
             position_ids=positions[:, 64:],
-            cache=kv,
+            past_key_values=kv,
         ).logits[:, -1]
         for i, prompt in enumerate(prompts):
             alone = model(input_ids=torch.tensor([prompt])).logits[0, -1]

@@ -1,0 +1,1 @@
+"""The vLLM engine (``engine.kind: vllm``): :class:`~worker.engines.vllm.engine.VllmEngine`."""
