@@ -8,26 +8,32 @@ rates, so an operator without Prometheus still sees what the worker does.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal, TextIO
 
 from worker.obs.metrics import MetricsSnapshot
 
-# Attributes every LogRecord has; anything else on a record came in through ``extra=``.
-_RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
-    "message",
-    "asctime",
-    "taskName",
-}
+_FORMATTED = frozenset({"message", "asctime", "taskName"})
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+@functools.lru_cache(maxsize=4)
+def _reserved(factory: Callable[..., logging.LogRecord]) -> frozenset[str]:
+    """Attributes every record made by ``factory`` has; anything else on a record came in
+    through ``extra=``. A library may install a factory that adds its own (vLLM adds
+    ``vllm_process_name`` to every record once it is imported)."""
+    return frozenset(vars(factory("", 0, "", 0, "", None, None))) | _FORMATTED
+
+
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")}
+    reserved = _reserved(logging.getLogRecordFactory())
+    return {k: v for k, v in vars(record).items() if k not in reserved and not k.startswith("_")}
 
 
 class JsonFormatter(logging.Formatter):

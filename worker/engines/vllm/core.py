@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.engines.utilization import BusyMeter
+from worker.errors import BatchpipeError
 from worker.wire.messages import FinishReason
 
 
@@ -53,7 +54,7 @@ class _Stop:
     pass
 
 
-class EngineBroken(RuntimeError):
+class EngineBroken(BatchpipeError, RuntimeError):
     """vLLM failed outside any one request; the engine cannot go on."""
 
 
@@ -64,8 +65,8 @@ class EngineThread:
         self._make_engine = make_engine
         self._meter = meter
         self._inbox: queue.SimpleQueue[_Add | _Abort | _Stop] = queue.SimpleQueue()
-        #: finished requests, or the exception that broke the engine (then nothing follows)
-        self.finished: queue.SimpleQueue[Finished | BaseException] = queue.SimpleQueue()
+        #: finished requests, or what broke the engine (then nothing follows)
+        self.finished: queue.SimpleQueue[Finished | EngineBroken] = queue.SimpleQueue()
         self._ready = threading.Event()
         #: set while vLLM holds no unfinished request and the inbox was empty
         self.idle = threading.Event()
@@ -113,7 +114,7 @@ class EngineThread:
         except Exception as exc:
             self.finished.put(EngineBroken(f"vLLM failed: {exc!r}"))
         finally:
-            del engine
+            _shut_down(engine)
 
     def _commands(self, *, idle: bool) -> list[_Add | _Abort | _Stop]:
         """What is in the inbox; when idle, waits for at least one command."""
@@ -144,6 +145,16 @@ class EngineThread:
             except Exception as exc:  # vLLM refused this request only
                 self.finished.put(Finished(command.run_id, finish_reason="error", error=str(exc)))
         return True
+
+
+def _shut_down(engine: Any) -> None:
+    """Release the engine and vLLM's process-wide state, so a later engine can load."""
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    try:
+        engine.engine_core.shutdown()
+    finally:
+        cleanup_dist_env_and_memory()
 
 
 def _finished(output: Any) -> Finished:

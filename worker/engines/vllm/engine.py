@@ -71,6 +71,7 @@ class VllmEngine(InFlightEngine):
         self._encoder: Any = None
         self._sampling_params: Any = None
         self._thread: EngineThread | None = None
+        self._broken: EngineBroken | None = None
         self.max_model_len = 0
         self._runs = (f"r{n}" for n in itertools.count())
         self._live: dict[str, _Run] = {}  # by run id: submitted, not yet completed or aborted
@@ -131,7 +132,9 @@ class VllmEngine(InFlightEngine):
     def _dtype(self, on_cpu: bool) -> str:
         if self._config.dtype != "auto":
             return self._config.dtype
-        # CPU: float32 (measured faster than bfloat16 here); CUDA: the checkpoint's own
+        # CPU: float32, as the hf engine (bfloat16 is fast only where the CPU has AVX-512
+        # BF16; `python -m bench.vllm_direct --dtypes float32,bfloat16` compares the two);
+        # CUDA: the checkpoint's own
         return "float32" if on_cpu else "auto"
 
     def encode(self, request: InferenceRequest) -> tuple[int, ...]:
@@ -201,7 +204,8 @@ class VllmEngine(InFlightEngine):
                 )
             except queue.Empty:
                 return done
-            if isinstance(item, BaseException):
+            if isinstance(item, EngineBroken):
+                self._broken = item
                 raise item
             completion = self._completion(item)
             if completion is not None:
@@ -249,6 +253,8 @@ class VllmEngine(InFlightEngine):
         self._ready.clear()
 
     def _loaded(self) -> EngineThread:
+        if self._broken is not None:
+            raise self._broken
         if self._thread is None:
             raise RuntimeError("VllmEngine.load() has not been called")
         return self._thread

@@ -7,6 +7,7 @@ import json
 import logging
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -113,3 +114,23 @@ def test_summary_rates_from_snapshot_differences(caplog: pytest.LogCaptureFixtur
     # a lag that could not be measured is said, not read as 0
     summary.maybe_log(40.0, replace(later, total_lag=0, lag_unknown_partitions=2))
     assert caplog.records[-1].getMessage().endswith("lag 0 + unknown on 2 partitions")
+
+
+def test_fields_a_record_factory_adds_are_not_extras() -> None:
+    # vLLM, once imported, makes every record carry vllm_process_name this way
+    plain = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = plain(*args, **kwargs)
+        record.library_field = "main"
+        return record
+
+    logging.setLogRecordFactory(factory)
+    try:
+        out = io.StringIO()
+        setup_logging("info", "json", stream=out)
+        logging.getLogger("batchpipe.test").info("done", extra={"size": 8})
+    finally:
+        logging.setLogRecordFactory(plain)
+    line = json.loads(out.getvalue())
+    assert set(line) == {"ts", "level", "logger", "msg", "size"}
