@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     torch.manual_seed(0)
     with device:
-        model = LlamaForCausalLM(llama_config(args.layers)).bfloat16()
+        model = LlamaForCausalLM(llama_config(args.layers)).bfloat16()  # type: ignore[no-untyped-call]
     tokenizer = word_tokenizer()
     greedy = ResolvedSampling.resolve(
         SamplingParams(max_tokens=NEW_TOKENS, temperature=0), None, GenerationConfig()

