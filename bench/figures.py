@@ -61,6 +61,16 @@ def engine_cpu_short(r: Result) -> str:
     )
 
 
+def vllm_direct_short(r: Result) -> str:
+    run = r["runs"][0]
+    modes = run["modes"]
+    return (
+        f"**{x(run['in_flight_vs_waves'])}** tokens/s kept in flight vs static waves of "
+        f"{r['wave_size']} ({modes['in_flight']['tokens_per_s']} vs "
+        f"{modes['waves']['tokens_per_s']} tok/s, {run['dtype']})"
+    )
+
+
 def formation_short(r: Result) -> str:
     fifo, aware, prefix = _formation(r)
     return (
@@ -128,6 +138,7 @@ README_ROWS: tuple[tuple[str, str, Describe], ...] = (
     ("batching vs one request at a time, SmolLM2 on CPU", "realtime", realtime_short),
     ("batchpipe vs the engine fed ideal pre-formed batches, no Kafka", "realtime", ideal_short),
     ("static batches vs batch 1, hf engine, SmolLM2 on CPU", "engine_cpu", engine_cpu_short),
+    ("vLLM in flight vs static waves, SmolLM2 on CPU, no Kafka", "vllm_direct", vllm_direct_short),
     ("length-aware + shared-prefix formation vs FIFO, mixed prompts", "formation", formation_short),
     ("worker pipeline with the echo engine, default settings", "overhead", overhead_short),
     ("batch formation on a backlog, echo engine", "batcher_echo", batcher_echo_short),
@@ -325,6 +336,21 @@ BENCHES: tuple[Bench, ...] = (
             f"{r['new_tokens_per_request']} forced new tokens, best of {r['rounds']} rounds"
         ),
         engine_cpu_headline,
+    ),
+    Bench(
+        "vllm_direct.py",
+        "vllm_direct",
+        "python -m bench.vllm_direct",
+        "vLLM fed directly: static waves vs requests kept in flight",
+        lambda r: (
+            f"{r['model']}, vllm {r['vllm']}, {r['requests']} requests ({r['workload']}), "
+            f"{r['wave_size']} at a time"
+        ),
+        lambda r: "; ".join(
+            f"{run['dtype']}: waves {run['modes']['waves']['tokens_per_s']} tok/s, in flight "
+            f"{run['modes']['in_flight']['tokens_per_s']} tok/s, {x(run['in_flight_vs_waves'])}"
+            for run in r["runs"]
+        ),
     ),
     Bench(
         "overhead.py",

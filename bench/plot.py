@@ -201,6 +201,27 @@ def inflight(result: Result, axes: list[Axes]) -> None:
     axes[1].legend(fontsize=7, loc="upper left")
 
 
+def vllm_direct(result: Result, axes: list[Axes]) -> None:
+    runs = result["runs"]
+    for i, mode in enumerate(("waves", "in_flight")):
+        xs = [j + (i - 0.5) * 0.4 for j in range(len(runs))]
+        axes[0].bar(xs, [r["modes"][mode]["tokens_per_s"] for r in runs], 0.4, label=mode)
+    axes[0].set_xticks(range(len(runs)), [r["dtype"] for r in runs])
+    axes[0].set_ylabel("generated tokens/s")
+    axes[0].set_title(
+        f"vLLM fed directly: {result['requests']} requests, {result['wave_size']} at a time",
+        fontsize=10,
+    )
+    axes[0].legend(fontsize=7)
+    _bars(
+        axes[1],
+        [r["dtype"] for r in runs],
+        [r["in_flight_vs_waves"] for r in runs],
+        "in flight vs static waves",
+        "ratio",
+    )
+
+
 CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
     "overhead": overhead,
     "realtime": realtime,
@@ -210,6 +231,7 @@ CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
     "engine_cpu": engine_cpu,
     "api": api,
     "inflight": inflight,
+    "vllm_direct": vllm_direct,
 }
 
 

@@ -27,6 +27,7 @@ BENCHMARKS = (
     "batcher_echo",
     "formation",
     "engine_cpu",
+    "vllm_direct",
     "overhead",
     "wire",
     "realtime",

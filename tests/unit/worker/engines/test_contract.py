@@ -37,7 +37,7 @@ QUESTIONS = (
 )
 #: the longest an engine may take to complete what the tests submit (a bound, not a pace;
 #: SmolLM2 on 2 shared CPU cores can be slow)
-WAIT_S = 120.0
+WAIT_S = 600.0
 
 #: one param per engine: its id, and the fixture that yields it loaded
 ENGINES = [

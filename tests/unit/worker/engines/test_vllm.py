@@ -21,7 +21,7 @@ from worker.wire.messages import ChatMessage, InferenceRequest
 pytestmark = pytest.mark.model
 
 #: the longest the engine may take to answer what one test submits (a bound, not a pace)
-WAIT_S = 120.0
+WAIT_S = 600.0
 FULL = Capacity(VLLM_TEST_BATCHING.max_batch_size, VLLM_TEST_BATCHING.max_batch_tokens)
 
 
