@@ -154,7 +154,14 @@ def test_raw_producers_get_every_field_honoured_or_refused(kafka_config: Config)
         line("stream", stream=True),
         line("tools", tools=[{"type": "function", "function": {"name": "f"}}]),
         line("future", some_future_field=1),
-        line("format", response_format={"type": "json_object"}),  # echo: not yet honoured
+        line("format", response_format={"type": "json_object"}),  # echo: its minimal instance
+        line(
+            "bad-schema",
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "s", "schema": {"type": 5}},
+            },
+        ),
         line("choices", n=2, logprobs=True, top_logprobs=1, stream=False, user="u"),
         encode_request(replace(chat(7), sampling=SamplingParams(n=3, logprobs=True))),
         (unknown, headers),
@@ -168,12 +175,13 @@ def test_raw_producers_get_every_field_honoured_or_refused(kafka_config: Config)
         "stream": (4002, "stream"),
         "tools": (4002, "tools"),
         "future": (4002, "some_future_field"),
-        "format": (4002, "response_format"),
+        "bad-schema": (4002, "response_format"),
         "req-6": (4002, "100"),
     }
     assert [c.text for c in results["choices"].choices] == ["hi", "hi"]
     assert results["choices"].logprobs is not None and len(results["choices"].logprobs) == 2
     assert len(results["req-7"].choices) == 3 and results["req-5"].status == "completed"
+    assert results["format"].text == "{}"
 
 
 def test_prefetch_bounds_in_flight_requests_under_a_backlog(kafka_config: Config) -> None:

@@ -4,7 +4,8 @@ Its "tokenizer" is UTF-8: one token per byte, so counts are exact and reversible
 renders as ``"role: content\\n"`` lines; the reply is the last user message's content
 (a plain prompt is echoed whole). It never imports torch, so it measures the pipeline's
 own overhead. Sampling settings cannot change its one answer (``EchoEngine.inert``);
-``stop``, ``n`` and ``logprobs`` it honours.
+``stop``, ``n`` and ``logprobs`` it honours, and a ``response_format`` it answers with the
+schema's minimal valid instance (:mod:`worker.engines.minimal_json`).
 
 It can pace itself like a model on an accelerator, one decoding step per generated token,
 each step costing ``delay_per_token_s + delay_per_seq_token_s × rows`` (a fixed cost and
@@ -16,13 +17,21 @@ longest row ends, as padded batched generation does; the in-flight echo engine
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 
 from worker.engines.base import Completion, EngineInput, OnComplete, StaticEngine
+from worker.engines.minimal_json import NoInstance, minimal_instance
 from worker.engines.utilization import BusyMeter
 from worker.errors import ErrorCode, RequestError
-from worker.wire.messages import Choice, FinishReason, InferenceRequest, TokenLogprob
+from worker.wire.messages import (
+    Choice,
+    FinishReason,
+    InferenceRequest,
+    ResponseFormat,
+    TokenLogprob,
+)
 
 _ROLES = ("system", "user", "assistant", "tool", "developer")
 
@@ -93,9 +102,29 @@ def echo_completion(item: EngineInput) -> Completion:
     )
 
 
+def structured_reply(fmt: ResponseFormat, custom_id: str | None = None) -> str:
+    """The echo engine's answer to a ``response_format``: the schema's minimal instance
+    (``{}`` for json_object), compact JSON; 4002 when no instance can be built."""
+    schema = json.loads(fmt.schema) if fmt.type == "json_schema" else {"type": "object"}
+    try:
+        value = minimal_instance(schema)
+    except NoInstance as exc:
+        raise RequestError(
+            ErrorCode.INVALID_PARAMETER,
+            f"response_format: the echo engine cannot answer this schema: {exc}",
+            custom_id,
+            param="response_format",
+        ) from exc
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 def _reply(item: EngineInput) -> tuple[str, FinishReason, int]:
     """(text, finish reason, generated tokens) of one choice."""
-    reply = reply_text(bytes(item.prompt_token_ids).decode("utf-8", "replace"))
+    fmt = item.sampling.response_format
+    if fmt.type != "text":
+        reply = structured_reply(fmt)
+    else:
+        reply = reply_text(bytes(item.prompt_token_ids).decode("utf-8", "replace"))
     limit = item.sampling.max_tokens
     data = reply.encode()
     hits = [(reply.find(s), s) for s in item.sampling.stop if s in reply]
@@ -111,7 +140,13 @@ def _reply(item: EngineInput) -> tuple[str, FinishReason, int]:
 
 
 def encode_echo(request: InferenceRequest) -> tuple[int, ...]:
-    """The echo engines' tokens: the prompt's UTF-8 bytes, a chat rendered first."""
+    """The echo engines' tokens: the prompt's UTF-8 bytes, a chat rendered first.
+
+    A ``response_format`` whose minimal instance cannot be built is a 4002 here, at
+    admission."""
+    fmt = request.sampling.response_format
+    if fmt.type != "text":
+        structured_reply(fmt, request.custom_id)
     if request.prompt_token_ids:
         if any(not 0 <= t <= 255 for t in request.prompt_token_ids):
             raise RequestError(
@@ -132,7 +167,7 @@ def encode_echo(request: InferenceRequest) -> tuple[int, ...]:
 class EchoEngine(StaticEngine):
     """Echoes prompts back; each input completes after its own simulated decoding time."""
 
-    honours = frozenset({"stop", "n", "logprobs", "top_logprobs"})
+    honours = frozenset({"stop", "n", "logprobs", "top_logprobs", "response_format"})
     # its one possible answer has no distribution for these to shape
     inert = frozenset(
         {"temperature", "top_p", "top_k", "seed"}

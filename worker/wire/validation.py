@@ -9,10 +9,13 @@ can be encoded.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 from collections.abc import Iterator
+
+import jsonschema
 
 from worker.errors import ErrorCode, RequestError
 from worker.wire.messages import InferenceRequest
@@ -146,14 +149,25 @@ def _check_output_options(req: InferenceRequest) -> None:
     if fmt.type == "json_schema":
         if not fmt.name:
             raise _invalid(req, "response_format json_schema needs a name", "response_format")
-        try:
-            schema = json.loads(fmt.schema)
-        except ValueError:
-            schema = None
-        if not isinstance(schema, dict):
-            raise _invalid(
-                req, "response_format json_schema.schema must be a JSON object", "response_format"
-            )
+        problem = schema_problem(fmt.schema)
+        if problem:
+            raise _invalid(req, f"response_format json_schema.schema: {problem}", "response_format")
+
+
+@functools.lru_cache(maxsize=256)
+def schema_problem(text: str) -> str:
+    """Why ``text`` is not a JSON Schema object ("" when it is one); cached per schema."""
+    try:
+        schema = json.loads(text)
+    except ValueError:
+        return "not JSON"
+    if not isinstance(schema, dict):
+        return "must be a JSON Schema object"
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return f"not a valid JSON Schema: {exc.message}"
+    return ""
 
 
 def validate_request(req: InferenceRequest) -> None:

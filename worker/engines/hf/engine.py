@@ -9,7 +9,8 @@ With ``batching.shared_prefix``, a prompt prefix (whole 32-token blocks) that se
 of a batch share is computed once and kept in a small LRU, and those rows run from its KV
 cache (:mod:`worker.engines.hf.prefix_cache`). A batch with a ``repetition_penalty`` row runs
 in full: the penalty reads each prompt as one contiguous left-padded span, which the prefix
-layout (pads between the cached region and the rest) is not.
+layout (pads between the cached region and the rest) is not. A row with a
+``response_format`` is guided by its xgrammar grammar (:mod:`worker.engines.hf.grammar`).
 
 Token ids are laid out in the reusable buffers of
 :class:`~worker.engines.hf.pinned.PinnedBufferPool`; on CUDA those are pinned (when
@@ -23,6 +24,7 @@ readable, else the engine's busy fraction.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,6 +42,7 @@ from worker.engines.base import (
     StaticEngine,
 )
 from worker.engines.choices import expand
+from worker.engines.hf.grammar import GrammarMask, Grammars
 from worker.engines.hf.logprobs import LogprobRecorder
 from worker.engines.hf.model import (
     ChatEncoder,
@@ -70,7 +73,7 @@ class HFEngine(StaticEngine):
 
     honours = frozenset(
         {"temperature", "top_p", "top_k", "seed", "stop", "n", "logprobs", "top_logprobs"}
-        | {"presence_penalty", "frequency_penalty", "repetition_penalty"}
+        | {"presence_penalty", "frequency_penalty", "repetition_penalty", "response_format"}
     )
 
     def __init__(
@@ -94,6 +97,8 @@ class HFEngine(StaticEngine):
         self._eos: frozenset[int] = frozenset()
         self._pad = 0
         self._gpu_counter: Callable[[], float] | None = None
+        self._grammars: Grammars | None = None
+        self._grammars_lock = threading.Lock()
         self.device = torch.device("cpu")
 
     def load(self) -> None:
@@ -145,7 +150,20 @@ class HFEngine(StaticEngine):
         return self._prefixes
 
     def encode(self, request: InferenceRequest) -> tuple[int, ...]:
-        return self.encoder.encode(request)
+        ids = self.encoder.encode(request)
+        fmt = request.sampling.response_format
+        if fmt.type != "text":  # compiled now, so a schema xgrammar refuses is a 4002 here
+            self.grammars.compile(fmt, request.custom_id)
+        return ids
+
+    @property
+    def grammars(self) -> Grammars:
+        """The response-format compiler, made with the first structured request."""
+        with self._grammars_lock:
+            if self._grammars is None:
+                vocab = int(self.model.get_input_embeddings().num_embeddings)
+                self._grammars = Grammars(self.encoder.tokenizer, vocab, self._eos)
+            return self._grammars
 
     def run_batch(self, inputs: Sequence[EngineInput], on_complete: OnComplete) -> None:
         answered: set[str] = set()
@@ -211,6 +229,16 @@ class HFEngine(StaticEngine):
             recorder = LogprobRecorder(rows, lambda token: self.encoder.decode([token]))
             processors.append(recorder)
         tracker = RowTracker(live, padded, self._eos, self.encoder.decode, complete, recorder)
+        if any(row.response_format.type != "text" for row in rows):
+            # before RowSampler: a sampled row draws among the tokens its grammar allows
+            grammars = self.grammars
+            compiled = [
+                None
+                if row.response_format.type == "text"
+                else grammars.compile(row.response_format)
+                for row in rows
+            ]
+            processors.append(GrammarMask(compiled, tracker.finished, grammars.vocab_size))
         if not all(plain_greedy(row) for row in rows):
             processors.append(RowSampler(rows, [len(p) for p in prompts], padded))
         max_new = max(row.max_tokens for row in rows)
@@ -265,6 +293,7 @@ class HFEngine(StaticEngine):
 
     def close(self) -> None:
         self._model = None
+        self._grammars = None
         self._encoder = None
         self._pool = None
         if self._prefixes is not None:
