@@ -134,6 +134,23 @@ def inflight_short(r: Result) -> str:
 
 
 #: (what is compared, result name, its figure) — README.md's table, in order
+def structured_short(r: Result) -> str:
+    return (
+        f"**{r['valid_pct']:g} %** of {r['requests']} outputs over {r['schemas']} schemas parse "
+        f"and validate; tokens/s {x(r['tokens_per_s_ratio'])} of unconstrained"
+    )
+
+
+def structured_headline(r: Result) -> str:
+    c, u = r["conditions"]["constrained"], r["conditions"]["unconstrained"]
+    return (
+        f"{r['valid_pct']:g} % parse and validate (unconstrained: "
+        f"{r['unconstrained_valid_pct']:g} %); {c['tokens_per_s']} vs {u['tokens_per_s']} "
+        f"generated tokens/s ({x(r['tokens_per_s_ratio'])}), {c['requests_per_s']} vs "
+        f"{u['requests_per_s']} requests/s"
+    )
+
+
 README_ROWS: tuple[tuple[str, str, Describe], ...] = (
     ("batching vs one request at a time, SmolLM2 on CPU", "realtime", realtime_short),
     ("batchpipe vs the engine fed ideal pre-formed batches, no Kafka", "realtime", ideal_short),
@@ -144,6 +161,7 @@ README_ROWS: tuple[tuple[str, str, Describe], ...] = (
     ("batch formation on a backlog, echo engine", "batcher_echo", batcher_echo_short),
     ("OpenAI API upload + create vs `batchpipe submit`, same file", "api", api_short),
     ("in flight vs one static batch at a time, through the worker", "inflight", inflight_short),
+    ("structured outputs (xgrammar), SmolLM2 on CPU", "structured", structured_short),
 )
 
 
@@ -412,6 +430,17 @@ BENCHES: tuple[Bench, ...] = (
         "time vs in flight; the worker's RSS under a backlog in flight",
         inflight_setup,
         inflight_headline,
+    ),
+    Bench(
+        "structured.py",
+        "structured",
+        "python -m bench.structured",
+        "response_format json_schema through xgrammar: valid outputs and the throughput cost",
+        lambda r: (
+            f"{r['model']}, {r['requests']} requests over {r['schemas']} schemas, batches of "
+            f"{r['batch_size']}, max_tokens {r['max_tokens']}, greedy"
+        ),
+        structured_headline,
     ),
     Bench(
         "gpu_check.sh",

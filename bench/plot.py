@@ -171,6 +171,17 @@ def api(result: Result, axes: list[Axes]) -> None:
     )
 
 
+def structured(result: Result, axes: list[Axes]) -> None:
+    conditions = result["conditions"]
+    names = ["constrained", "unconstrained"]
+    axes[0].bar(names, [conditions[c]["tokens_per_s"] for c in names])
+    axes[0].set_ylabel("generated tokens/s")
+    axes[0].set_title(f"{result['model']}, {result['requests']} requests", fontsize=10)
+    axes[1].bar(["parse + validate"], [result["valid_pct"]], color="tab:green")
+    axes[1].set_ylim(0, 100)
+    axes[1].set_ylabel("% of constrained outputs")
+
+
 def inflight(result: Result, axes: list[Axes]) -> None:
     engines = result["engines"]
     labels = [f"{name} {mode}" for name, e in engines.items() for mode in e["modes"]]
@@ -232,6 +243,7 @@ CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
     "api": api,
     "inflight": inflight,
     "vllm_direct": vllm_direct,
+    "structured": structured,
 }
 
 

@@ -34,6 +34,7 @@ BENCHMARKS = (
     "adaptive",
     "api",
     "inflight",
+    "structured",
 )
 
 

@@ -16,8 +16,10 @@ from typing import Any
 
 import jsonschema
 
+from worker.errors import BatchpipeError
 
-class NoInstance(ValueError):
+
+class NoInstance(BatchpipeError, ValueError):
     """No minimal instance of the schema could be built; the message says why."""
 
 
