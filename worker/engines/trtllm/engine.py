@@ -83,8 +83,11 @@ class TrtLlmEngine(InFlightEngine):
         self._gpu_counter: Callable[[], float] | None = None
         self._meter = BusyMeter()
         self._busy = contextlib.ExitStack()  # open while any request is in flight
-        self._lock = threading.Lock()  # guards _running, _reserved and _busy
+        self._lock = threading.Lock()  # guards _running, _reserved, _busy, _unread, _dropped
         self._running: dict[str, _Run] = {}
+        # finished but not handed out yet; an abort that comes in between drops the answer
+        self._unread: set[str] = set()
+        self._dropped: set[str] = set()
         self._reserved = 0
         # finished requests, and None once TensorRT-LLM has failed (wakes a waiting reader)
         self._done: queue.Queue[Completion | None] = queue.Queue()
@@ -154,6 +157,7 @@ class TrtLlmEngine(InFlightEngine):
             runs = [self._running[key] for key in keys if key in self._running]
             for run in runs:
                 self._forget(run)
+            self._dropped.update(key for key in keys if key in self._unread)
         for run in runs:
             loop.call(self._abort_on_loop, run)
 
@@ -166,8 +170,9 @@ class TrtLlmEngine(InFlightEngine):
             )
             while True:
                 found.append(self._done.get_nowait())
-        done = [c for c in found if c is not None]
-        if len(done) < len(found):
+        with self._lock:
+            done = [c for c in found if c is not None and self._hand_out(c.key)]
+        if None in found:
             self._done.put(None)  # the failure is for good: wake every later reader too
         if not done:  # what finished before a failure is still handed out first
             self._raise_if_failed()
@@ -244,6 +249,7 @@ class TrtLlmEngine(InFlightEngine):
             if self._running.get(run.item.key) is not run:
                 return  # aborted: never completed
             self._forget(run)
+            self._unread.add(run.item.key)
         self._done.put(done)
 
     def _fail(self, exc: BaseException) -> None:
@@ -252,6 +258,14 @@ class TrtLlmEngine(InFlightEngine):
         self._done.put(None)
 
     # -- helpers ---------------------------------------------------------------------
+
+    def _hand_out(self, key: str) -> bool:  # under self._lock
+        """``key`` finished: hand it out unless it was aborted after it finished."""
+        self._unread.discard(key)
+        if key in self._dropped:
+            self._dropped.discard(key)
+            return False
+        return True
 
     def _forget(self, run: _Run) -> None:  # under self._lock
         del self._running[run.item.key]

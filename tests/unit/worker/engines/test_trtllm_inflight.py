@@ -119,6 +119,18 @@ def test_abort_of_an_unknown_or_finished_key_is_harmless(
     assert engine.capacity() == Capacity(sequences=4, tokens=64)
 
 
+def test_a_request_aborted_after_it_finished_but_before_it_was_read_is_never_completed(
+    fake_trtllm: tuple[TrtLlmEngine, Any],
+) -> None:
+    engine, _ = fake_trtllm
+    engine.submit(EngineInput("late", words(engine, "tree bird"), resolved(max_tokens=2)))
+    until(lambda: engine.capacity() == Capacity(sequences=4, tokens=64), "the request finished")
+    engine.abort(["late"])  # finished on the loop, not handed out yet
+    engine.submit(EngineInput("next", words(engine, "sun moon"), resolved(max_tokens=2)))
+    assert set(drain(engine, {"next"})) == {"next"}
+    assert engine.completions(timeout_s=0.05) == []
+
+
 @pytest.mark.parametrize("refusal", ["RequestError", "ValueError"])
 def test_a_prompt_over_the_limit_fails_only_itself_with_4003(
     fake_trtllm: tuple[TrtLlmEngine, Any], refusal: str, monkeypatch: pytest.MonkeyPatch
