@@ -148,7 +148,7 @@ def char_llama() -> tuple[Any, Any]:
         eos_token_id=3,
         pad_token_id=1,
     )
-    return LlamaForCausalLM(config), tokenizer
+    return LlamaForCausalLM(config), tokenizer  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture(scope="module")
