@@ -67,5 +67,7 @@ def _print_results(output: Path, errors: Path) -> None:
                 error = row["error"]
                 print(f"  {row['custom_id']:>10}  ERROR {error['code']}: {error['message']}")
             else:
-                text = body["choices"][0]["message"]["content"].replace("\n", " ")
+                choice = body["choices"][0]  # chat.completion or text_completion
+                text = choice["message"]["content"] if "message" in choice else choice["text"]
+                text = text.replace("\n", " ")
                 print(f"  {row['custom_id']:>10}  {text[:110]}")
