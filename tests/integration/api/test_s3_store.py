@@ -1,16 +1,22 @@
 """``api.store: s3`` against an S3-protocol server over real HTTP: moto in server mode
-(from PyPI). Not run against AWS or another cloud's storage."""
+(from PyPI). Not run against AWS or another cloud's storage.
+
+The server runs in its own process: moto's server imports Flask, whose module-level
+context proxies raise ``RuntimeError`` on ``hasattr``, and vLLM's kernel registration
+walks every loaded module's attributes — the vllm tests later in the session would fail."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from batchpipe.api.s3store import S3Store
 from tests.integration.api.conftest import Serve, sdk
@@ -32,10 +38,14 @@ def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ApiConfig]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
+        _wait_for_port(port, server)
         boto3.client("s3", endpoint_url=url, region_name="us-east-1").create_bucket(
             Bucket="batchpipe-test"
         )
@@ -46,7 +56,20 @@ def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ApiConfig]:
             store_dir=str(tmp_path / "staging"),
         )
     finally:
-        server.stop()
+        server.terminate()
+        server.wait(30)
+
+
+def _wait_for_port(port: int, server: subprocess.Popen[bytes], bound_s: float = 60.0) -> None:
+    """Until the moto server accepts connections (bounded; fails if it exited)."""
+    give_up = time.monotonic() + bound_s
+    while time.monotonic() < give_up:
+        assert server.poll() is None, f"moto server exited with {server.returncode}"
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"moto server not listening on {port} after {bound_s:g} s")
 
 
 def test_s3_store_puts_streams_and_deletes(s3: ApiConfig, tmp_path: Path) -> None:
