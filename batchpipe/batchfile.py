@@ -41,11 +41,13 @@ DEFAULT_LIMITS = FileLimits()
 @dataclass(frozen=True)
 class FileScan:
     """What validating a file found: its requests, their kinds (``chat``,
-    ``completions``) and the model of its first request."""
+    ``completions``), the model of its first request and every model it names (one,
+    unless :attr:`FileLimits.one_model` is off)."""
 
     total: int
     endpoints: frozenset[str]
     model: str
+    models: frozenset[str]
 
 
 class LineProblem(NamedTuple):
@@ -83,6 +85,7 @@ class _Checker:
         self._seen: set[str] = set()
         self._model: tuple[int, str] | None = None  # (first line, model name)
         self.endpoints: set[str] = set()
+        self.models: set[str] = set()
 
     def reject(self, line_no: int, code: int, message: str) -> None:
         self.problems.append(LineProblem(line_no, code, message))
@@ -119,6 +122,7 @@ class _Checker:
             self.reject(line_no, ErrorCode.MALFORMED, f"duplicate custom_id {req.custom_id!r}")
         self._seen.add(req.custom_id)
         self.endpoints.add(req.endpoint)
+        self.models.add(req.model)
         if self._model is None:
             self._model = (line_no, req.model)
         elif self.limits.one_model and req.model != self._model[1]:
@@ -127,7 +131,7 @@ class _Checker:
                 line_no,
                 ErrorCode.INVALID_PARAMETER,
                 f"model {req.model!r} differs from {first_model!r} (line {first_line}); "
-                "a batch uses one model",
+                "a batch uses one model, as OpenAI's Batch API requires",
             )
         return req
 
@@ -137,7 +141,7 @@ class _Checker:
         if self.problems:
             raise BatchFileError(source, self.problems)
         model = self._model[1] if self._model else ""
-        return FileScan(self.count, frozenset(self.endpoints), model)
+        return FileScan(self.count, frozenset(self.endpoints), model, frozenset(self.models))
 
 
 def _lines(stream: BinaryIO, max_line_bytes: int) -> Iterator[tuple[int, bytes | None, int]]:

@@ -36,8 +36,9 @@ from batchpipe.client import (
     CollectTimeoutError,
 )
 from batchpipe.progress import make_progress
-from worker.config import Config, load_config
+from worker.config import Config, ConfigError, load_config
 from worker.errors import BatchpipeError
+from worker.routing import RoutesError, parse_route, served_route_problem
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 124, 130
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
@@ -78,6 +79,29 @@ def _config_options() -> argparse.ArgumentParser:
         "shortcut for --set kafka.bootstrap_servers=ADDR (default: 127.0.0.1:9092)",
     )
     return common
+
+
+def _route(text: str) -> tuple[str, str]:
+    """argparse's view of :func:`worker.routing.parse_route`."""
+    try:
+        return parse_route(text)
+    except RoutesError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _route_option(parser: argparse.ArgumentParser, use: str) -> None:
+    parser.add_argument(
+        "--route",
+        metavar="MODEL=TOPIC",
+        type=_route,
+        action="append",
+        default=[],
+        help="send requests whose body.model is MODEL to the requests topic TOPIC, the one "
+        "the consumer group that loaded MODEL reads; repeatable, over kafka.routes of the "
+        "configuration file. With no routes at all every request goes to "
+        "kafka.requests_topic; once any route is set, a model without one is refused "
+        f"(error 4002 naming it, exit 2) — {use}",
+    )
 
 
 def _since_option(parser: argparse.ArgumentParser) -> None:
@@ -138,7 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
         "publish all of them in one Kafka transaction (all or none) and print the batch "
         "id on stdout. A file with any invalid line publishes nothing; each bad line is "
         "named with its error code (4001 malformed or duplicate custom_id, 4002 invalid "
-        "value or unknown url, 4003 over a limit).",
+        "value or unknown url, 4003 over a limit).\n\n"
+        "Routing: a fleet serves several models with one requests topic per model, each "
+        "read by the consumer group of workers that loaded it; results share one results "
+        "topic. The file's model (body.model; one per file, as OpenAI requires) picks its "
+        "topic from --route MODEL=TOPIC or kafka.routes; without routes everything goes to "
+        "kafka.requests_topic (--topic).",
         formatter_class=_FORMATTER,
     )
     submit.add_argument("file", metavar="FILE.jsonl", type=Path, help="the batch file")
@@ -149,8 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
         "same id does not double-count: results are kept once per custom_id",
     )
     submit.add_argument(
-        "--topic", metavar="T", help="requests topic (default: kafka.requests_topic)"
+        "--topic",
+        metavar="T",
+        help="requests topic when no routes are set (default: kafka.requests_topic); "
+        "refused together with routes",
     )
+    _route_option(submit, "nothing is published then")
     limits = FileLimits()
     submit.add_argument(
         "--max-lines",
@@ -173,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument(
         "--mixed-models",
         action="store_true",
-        help="allow several models in one file (default: one model per file)",
+        help="allow several models in one file, each line published to its own model's "
+        "topic (default: one model per file; other lines are refused by line number)",
     )
     submit.set_defaults(func=_submit)
 
@@ -236,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a batch not complete this long after submission is expired (default: 24h)",
     )
     status.add_argument("--topic", metavar="T", help="results topic (default: kafka.results_topic)")
+    _route_option(status, "routes tell status which requests topics to look in")
     _since_option(status)
     status.set_defaults(func=_status)
 
@@ -256,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="accept requests without an API key; only on a loopback host, for local use",
     )
+    _route_option(serve, "POST /v1/batches answers 400 for a model without a route")
     serve.set_defaults(func=_serve)
 
     demo = commands.add_parser(
@@ -286,12 +322,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load(args: argparse.Namespace) -> Config:
     """The configuration of a command: file, environment, --set, then the shortcuts."""
-    config = load_config(args.config, args.set, os.environ)
+    config = load_config(args.config, args.set, os.environ, getattr(args, "route", ()))
     kafka = config.kafka
     if args.bootstrap:
         kafka = replace(kafka, bootstrap_servers=args.bootstrap)
     if getattr(args, "topic", None):
         if args.command == "submit":
+            if kafka.routes:  # the topic would be ignored: every request goes by its route
+                raise ConfigError(
+                    f"--topic {args.topic}: routes are set (--route or kafka.routes), so "
+                    "each request goes to its model's topic; drop one of them"
+                )
             kafka = replace(kafka, requests_topic=args.topic)
         else:
             kafka = replace(kafka, results_topic=args.topic)
@@ -324,6 +365,9 @@ def _worker(args: argparse.Namespace) -> int:
     from worker.service import run_worker
 
     config = load(args)
+    misrouted = served_route_problem(config)
+    if misrouted is not None:
+        raise ConfigError(f"invalid configuration:\n  {misrouted}")
     fmt = args.log_format or config.worker.log_format
     setup_logging(config.worker.log_level, fmt)
     return run_worker(config)

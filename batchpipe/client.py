@@ -9,7 +9,8 @@
     print(client.status(receipt.batch_id).completed)
 
 A batch is published in one Kafka transaction — all of its requests or none — after
-every request passed validation (:mod:`batchpipe.batchfile`). Results are read with
+every request passed validation (:mod:`batchpipe.batchfile`), each request to its model's
+requests topic (``kafka.routes``, :mod:`worker.routing`). Results are read with
 ``read_committed`` consumers that start at the batch's submit time (see
 :mod:`batchpipe.collect`) and never join a group or commit offsets.
 """
@@ -19,18 +20,18 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from batchpipe.batchfile import (
     DEFAULT_LIMITS,
     FileLimits,
     iter_file,
-    validate_file,
+    scan_file,
     validate_requests,
 )
 from batchpipe.collect import (
@@ -49,6 +50,7 @@ from worker.config import Config, load_config, producer_max_bytes
 from worker.errors import BatchpipeError, RequestError
 from worker.kafka import clients
 from worker.kafka.produce import produce
+from worker.routing import RoutingTable, UnroutedModelError
 from worker.wire.codec import CodecLimits, decode_request, encode_request
 from worker.wire.messages import InferenceRequest, InferenceResult
 
@@ -102,6 +104,8 @@ class Client:
     ``config`` defaults to :func:`worker.config.load_config` (defaults overridden by
     ``BATCHPIPE_*`` environment variables); ``bootstrap`` overrides
     ``kafka.bootstrap_servers``; ``limits`` are checked before anything is published.
+    ``kafka.routes`` sends each request to its model's requests topic (:attr:`routing`);
+    an invalid table raises :class:`~worker.routing.RoutesError`.
     """
 
     def __init__(
@@ -116,6 +120,7 @@ class Client:
             config = replace(config, kafka=replace(config.kafka, bootstrap_servers=bootstrap))
         self.config = config
         self.limits = limits
+        self.routing = RoutingTable.from_kafka(config.kafka)
         self._codec_limits = CodecLimits.from_config(config.limits)
 
     # -- submit ---------------------------------------------------------------------
@@ -128,10 +133,12 @@ class Client:
         """Validate and publish requests (dataclasses or OpenAI/Bailian batch-line dicts).
 
         Raises :class:`~batchpipe.batchfile.BatchFileError` (nothing published) when any
-        request is invalid, ``KafkaException`` when publishing fails (nothing committed).
+        request is invalid, :class:`~worker.routing.UnroutedModelError` (nothing published)
+        when routes are configured and a request's model has none, ``KafkaException`` when
+        publishing fails (nothing committed).
         """
         checked = validate_requests(requests, self.limits)
-        return self._publish(checked, len(checked), batch_id)
+        return self._publish(checked, len(checked), batch_id, {r.model for r in checked})
 
     def submit_file(
         self, path: str | os.PathLike[str], batch_id: str | None = None
@@ -140,31 +147,36 @@ class Client:
 
         The file is streamed twice (validate, then publish), never held in memory.
         """
-        total = validate_file(path, self.limits)
-        return self._publish(iter_file(path, self.limits), total, batch_id)
+        scan = scan_file(path, self.limits)
+        return self._publish(iter_file(path, self.limits), scan.total, batch_id, scan.models)
 
     def publish_file(
-        self, path: str | os.PathLike[str], total: int, batch_id: str
+        self, path: str | os.PathLike[str], total: int, batch_id: str, models: Collection[str]
     ) -> SubmitReceipt:
-        """Publish a file that :func:`~batchpipe.batchfile.validate_file` already accepted
-        (the API server validates each file once, at upload); see :meth:`submit`.
+        """Publish a file that :func:`~batchpipe.batchfile.scan_file` already accepted
+        (the API server validates each file once, at upload), naming ``models``; see
+        :meth:`submit`.
 
         Publishing again with the same ``batch_id`` fences an earlier publisher of it and
         duplicates nothing that readers count: results are kept once per ``custom_id``.
         """
-        return self._publish(iter_file(path, self.limits), total, batch_id)
+        return self._publish(iter_file(path, self.limits), total, batch_id, models)
 
     def _publish(
         self,
         requests: Iterable[InferenceRequest],
         total: int,
         batch_id: str | None,
+        models: Collection[str],
     ) -> SubmitReceipt:
         kafka = self.config.kafka
+        # every model is routed before anything is produced: a refused batch leaves no
+        # record at all (aborted records still reach readers on some brokers, §7)
+        routes = {model: self.routing.topic_for(model) for model in models}
         submitted_at = time.time()
         batch_id = batch_id or new_batch_id(submitted_at)
         max_bytes = producer_max_bytes(kafka, self.config.limits)
-        topics = [kafka.requests_topic, kafka.results_topic, kafka.dead_letter_topic]
+        topics = [*sorted(set(routes.values())), kafka.results_topic, kafka.dead_letter_topic]
         clients.ensure_topics(kafka, topics, max_message_bytes=max_bytes)
         producer = clients.producer(
             kafka,
@@ -178,11 +190,13 @@ class Client:
         producer.begin_transaction()
         try:
             for req in requests:
+                if req.model not in routes:  # the file changed since it was scanned
+                    raise UnroutedModelError(req.model, routes)
                 stamped = replace(
                     req, batch_id=batch_id, batch_total=total, submitted_at=submitted_at
                 )
                 value, headers = encode_request(stamped)
-                produce(producer, kafka.requests_topic, req.custom_id.encode(), value, headers)
+                produce(producer, routes[req.model], req.custom_id.encode(), value, headers)
             producer.commit_transaction(TRANSACTION_LIFETIME_S)
         except BaseException:
             with contextlib.suppress(KafkaException):
@@ -289,7 +303,7 @@ class Client:
             if first is None and tally.answered == 0:
                 raise BatchNotFoundError(
                     f"no request or result of batch {batch_id!r} on "
-                    f"{kafka.requests_topic} / {kafka.results_topic}"
+                    f"{' / '.join(self.routing.topics)} / {kafka.results_topic}"
                 )
             if first is not None:
                 tally.total = max(tally.total, first.batch_total)
@@ -302,19 +316,26 @@ class Client:
         )
 
     def _first_request(self, batch_id: str, since: float | None) -> InferenceRequest | None:
-        """The first request of the batch on the requests topic, None if there is none."""
+        """The first request of the batch on a requests topic it may be routed to, None if
+        there is none."""
         kafka = self.config.kafka
-        consumer, partitions = open_reader(kafka, kafka.requests_topic, since)
-        try:
-            for msg in records(consumer, partitions, until_end=True, deadline=None):
-                try:
-                    req = decode_request(msg.value(), record_headers(msg), self._codec_limits)
-                except RequestError:
-                    continue
-                if req.batch_id == batch_id:
-                    return req
-        finally:
-            consumer.close()
+        for topic in self.routing.topics:
+            try:
+                consumer, partitions = open_reader(kafka, topic, since)
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue  # a route nothing was ever published to
+                raise
+            try:
+                for msg in records(consumer, partitions, until_end=True, deadline=None):
+                    try:
+                        req = decode_request(msg.value(), record_headers(msg), self._codec_limits)
+                    except RequestError:
+                        continue
+                    if req.batch_id == batch_id:
+                        return req
+            finally:
+                consumer.close()
         return None
 
 

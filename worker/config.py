@@ -21,6 +21,7 @@ import jsonschema
 import yaml
 
 from worker.errors import BatchpipeError
+from worker.routing import reserved_topics, route_problems
 
 ENV_PREFIX = "BATCHPIPE_"
 #: API keys for ``batchpipe serve`` (comma-separated): secrets, never configuration,
@@ -48,6 +49,9 @@ class KafkaConfig:
     delivery: Literal["exactly_once", "at_least_once"] = "exactly_once"
     commit_interval_ms: int = 100
     client: Mapping[str, Any] = field(default_factory=dict)  # raw librdkafka settings
+    # publishers (submit, Client, serve): model -> its requests topic (worker/routing.py);
+    # empty: every request goes to requests_topic
+    routes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -231,6 +235,7 @@ def _inconsistencies(config: Config) -> list[str]:
             "producer, so the worker would never make progress"
         )
     found.extend(_producer_size_problems(config))
+    found.extend(route_problems(k.routes, reserved_topics(k)))
     if g.max_tokens >= b.max_batch_tokens:
         found.append(
             f"generation.max_tokens: {g.max_tokens} must be below batching.max_batch_tokens "
@@ -350,9 +355,10 @@ def _from_sets(sets: Iterable[str]) -> dict[str, Any]:
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. batching.timeout_ms=50")
         path = key.split(".")
-        # everything after kafka.client. is one librdkafka key with dots in it
+        # everything after kafka.client. is one librdkafka key with dots in it, and after
+        # kafka.routes. one model name (which may hold dots); both values stay text
         value: Any = _parse_scalar(raw)
-        if len(path) > 2 and path[:2] == ["kafka", "client"]:
+        if len(path) > 2 and path[:2] in (["kafka", "client"], ["kafka", "routes"]):
             path, value = [*path[:2], ".".join(path[2:])], raw
         _assign(doc, path, value, f"--set {item}")
     return doc
@@ -373,14 +379,17 @@ def load_config(
     path: str | os.PathLike[str] | None = None,
     sets: Iterable[str] = (),
     environ: Mapping[str, str] | None = None,
+    routes: Iterable[tuple[str, str]] = (),
 ) -> Config:
-    """Merge defaults, the YAML file, the environment and ``--set`` items; validate.
+    """Merge defaults, the YAML file, the environment, ``--set`` items and ``routes``
+    (``(model, topic)`` pairs from ``--route``, over ``kafka.routes``); validate.
 
     Validation is the schema, then the rules across settings that it cannot express
     (commit interval against the transaction timeout, default ``max_tokens`` against the
     batch budget, batch size against ``prefetch_count``, the producer's ``message.max.bytes``
     against ``limits.max_message_bytes``, librdkafka settings batchpipe owns, echo-only
-    engine settings with another engine kind).
+    engine settings with another engine kind, routes to a topic that is not a requests
+    topic or to one topic for two models).
     """
     doc: dict[str, Any] = Config().to_dict()
     if path is not None:
@@ -396,6 +405,7 @@ def load_config(
         doc = _merge(doc, loaded)
     doc = _merge(doc, _from_env(os.environ if environ is None else environ))
     doc = _merge(doc, _from_sets(sets))
+    doc = _merge(doc, {"kafka": {"routes": dict(routes)}})
     validator = jsonschema.Draft202012Validator(_schema())
     errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:

@@ -3,7 +3,9 @@
 A batch is created from an uploaded file of the caller's (purpose ``batch``) for one of
 the endpoints batchpipe serves, with ``completion_window`` ``24h`` and at most 16
 ``metadata`` pairs (keys up to 64 characters, values up to 512), as OpenAI takes them. It
-starts ``validating``; :mod:`batchpipe.api.lifecycle` takes it from there.
+starts ``validating``; :mod:`batchpipe.api.lifecycle` takes it from there. When the
+server routes models (``kafka.routes``), a file whose model has no route is refused with
+400 naming the model: no worker group would ever answer it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from batchpipe.api.errors import ApiError, bad_request, not_found
 from batchpipe.api.pages import page
 from batchpipe.api.records import ENDPOINTS, BatchRecord, Counts
 from batchpipe.collect import new_batch_id
+from worker.routing import UnroutedModelError
 
 router = APIRouter()
 
@@ -85,6 +88,10 @@ def _new_batch(svc: Services, body: Mapping[str, Any], who: str) -> BatchRecord:
             f"input_file_id: {file_id} has purpose {file.purpose!r}, not 'batch'",
             "input_file_id",
         )
+    try:
+        svc.routing.topic_for(file.model)
+    except UnroutedModelError as exc:
+        raise bad_request(str(exc), "input_file_id", "model_not_found") from exc
     created = time.time()
     batch = BatchRecord(
         id=new_batch_id(created),

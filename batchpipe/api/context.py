@@ -13,6 +13,7 @@ from batchpipe.api.state import StateTopic
 from batchpipe.api.store import FileStore
 from batchpipe.batchfile import FileLimits
 from worker.config import ApiConfig, Config
+from worker.routing import RoutingTable
 
 if TYPE_CHECKING:
     from batchpipe.api.lifecycle import Lifecycle
@@ -31,6 +32,11 @@ class Services:
     @property
     def limits(self) -> FileLimits:
         return file_limits(self.config.api)
+
+    @property
+    def routing(self) -> RoutingTable:
+        """Where each model's requests are published (``kafka.routes``)."""
+        return RoutingTable.from_kafka(self.config.kafka)
 
 
 def file_limits(api: ApiConfig) -> FileLimits:

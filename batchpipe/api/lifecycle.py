@@ -5,9 +5,11 @@
 ``finalizing`` → the output and error files are assembled (:mod:`batchpipe.api.assemble`)
 → ``completed``. A file whose lines address another endpoint than the batch's ends
 ``failed``, with ``errors.data`` naming the lines. Past ``expires_at`` an unfinished batch
-is stopped (control topic, 4006) and ends ``expired``. A cancel writes ``cancelling`` and a
-stop record that every worker reads (4005); the batch ends ``cancelled`` once every
-request is answered, or ``api.cancel_grace_s`` after the cancel, whichever comes first.
+is stopped (control topic, 4006) and ends ``expired``. A batch whose model has no route
+(``kafka.routes`` changed since it was created) ends ``failed`` naming the model. A cancel
+writes ``cancelling`` and a stop record that every worker reads (4005); the batch ends
+``cancelled`` once every request is answered, or ``api.cancel_grace_s`` after the cancel,
+whichever comes first.
 
 Progress is counted from the results topic: one read_committed reader follows it from the
 earliest submit time of the batches that have not ended, and a tally per batch counts each
@@ -39,6 +41,7 @@ from batchpipe.collect import BatchTally, batch_time, open_reader, record_header
 from worker.cancellations import Stop, announce
 from worker.config import Config
 from worker.errors import ErrorCode, RequestError
+from worker.routing import UnroutedModelError
 from worker.wire.codec import CodecLimits, decode_result
 
 log = logging.getLogger("batchpipe.api")
@@ -131,9 +134,14 @@ class Lifecycle:
             if errors:
                 self._transition(batch_id, "validating", status="failed", errors=tuple(errors))
                 return
-            Client(self._config, limits=self._limits).publish_file(
-                path, batch.counts.total, batch.id
-            )
+            try:
+                Client(self._config, limits=self._limits).publish_file(
+                    path, batch.counts.total, batch.id, (batch.model,)
+                )
+            except UnroutedModelError as exc:
+                error = {"code": str(exc.code), "message": str(exc), "param": "model", "line": None}
+                self._transition(batch_id, "validating", status="failed", errors=(error,))
+                return
         self._transition(batch_id, "validating", status="in_progress")
 
     def _wrong_endpoint(self, path: object, endpoint: str) -> list[dict[str, object]]:

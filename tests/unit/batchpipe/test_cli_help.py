@@ -33,6 +33,9 @@ HELP = {
         "--max-line-bytes",
         "--mixed-models",
         "4003",
+        "--route",
+        "MODEL=TOPIC",
+        "one requests topic per model",
     ],
     "collect": [
         *COMMON,
@@ -52,6 +55,7 @@ HELP = {
         "--completion-window",
         "default: 24h",
         "--since",
+        "--route",
     ],
     "demo": [*COMMON, "--requests", "--out-dir", "examples/requests.jsonl"],
 }
