@@ -69,9 +69,12 @@ class BatchingConfig:
     priority_aging_ms: int = 10_000
 
 
+EngineKind = Literal["hf", "vllm", "trtllm", "echo"]
+
+
 @dataclass(frozen=True)
 class EngineConfig:
-    kind: Literal["hf", "vllm", "trtllm", "echo"] = "hf"
+    kind: EngineKind = "hf"
     model: str = "smollm2-135m-instruct"  # a known name, a model directory or a .gguf file
     # vllm: a GGUF model is converted once into a Hugging Face directory here
     model_cache_dir: str = "~/.cache/batchpipe/models"

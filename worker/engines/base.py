@@ -59,6 +59,14 @@ from worker.wire.messages import (
     SamplingParams,
 )
 
+#: the ``engine`` fields (:mod:`worker.wire.fields`) the engines over a real model (hf,
+#: vllm, trtllm) all apply; listed, not derived from the table, so a field added to the
+#: table is refused by every engine until one maps it
+MODEL_ENGINE_FIELDS = frozenset(
+    {"temperature", "top_p", "top_k", "seed", "stop", "n", "logprobs", "top_logprobs"}
+    | {"presence_penalty", "frequency_penalty", "repetition_penalty", "response_format"}
+)
+
 
 @dataclass(frozen=True)
 class ResolvedSampling:

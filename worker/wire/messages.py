@@ -46,6 +46,20 @@ class ResponseFormat:
     name: str = ""
     strict: bool | None = None
 
+    @property
+    def constraint(self) -> str:
+        """The JSON Schema (JSON text) a guided decoder compiles: ``schema``, or for
+        ``json_object`` one object with any members; "" for ``text``."""
+        if self.type == "json_object":
+            return '{"type": "object"}'
+        return self.schema if self.type == "json_schema" else ""
+
+    @property
+    def strict_mode(self) -> bool:
+        """Compile in strict mode (no members beyond those listed) unless the request
+        said ``strict: false`` for its schema."""
+        return self.type == "json_schema" and self.strict is not False
+
 
 @dataclass(frozen=True)
 class SamplingParams:

@@ -34,6 +34,7 @@ from transformers import GenerationConfig as HFGenerationConfig
 
 from worker.config import BatchingConfig, EngineConfig
 from worker.engines.base import (
+    MODEL_ENGINE_FIELDS,
     Completion,
     EngineInput,
     EngineOutOfMemory,
@@ -71,10 +72,7 @@ class HFEngine(StaticEngine):
     choices runs as ``n`` rows of the batch (:mod:`worker.engines.choices`).
     """
 
-    honours = frozenset(
-        {"temperature", "top_p", "top_k", "seed", "stop", "n", "logprobs", "top_logprobs"}
-        | {"presence_penalty", "frequency_penalty", "repetition_penalty", "response_format"}
-    )
+    honours = MODEL_ENGINE_FIELDS
 
     def __init__(
         self,

@@ -25,8 +25,6 @@ from transformers import LogitsProcessor
 from worker.errors import ErrorCode, RequestError
 from worker.wire.messages import ResponseFormat
 
-_OBJECT = '{"type": "object"}'
-
 
 class Grammars:
     """Compiled grammars of response formats for one tokenizer and vocabulary."""
@@ -42,12 +40,9 @@ class Grammars:
 
     def compile(self, fmt: ResponseFormat, custom_id: str | None = None) -> Any:
         """The compiled grammar of ``fmt`` (not ``text``); 4002 when it cannot be compiled."""
-        schema = _OBJECT if fmt.type == "json_object" else fmt.schema
         try:
             return self._compiler.compile_json_schema(
-                schema,
-                any_whitespace=False,
-                strict_mode=fmt.type == "json_schema" and fmt.strict is not False,
+                fmt.constraint, any_whitespace=False, strict_mode=fmt.strict_mode
             )
         except Exception as exc:  # xgrammar raises RuntimeError or ValueError with its reason
             raise RequestError(

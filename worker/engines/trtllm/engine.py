@@ -14,7 +14,14 @@ ids; ``shutdown()``), ``tensorrt_llm/llmapi/llm_args.py`` (``KvCacheConfig``
 ``free_gpu_memory_fraction``, ``enable_block_reuse``), ``tensorrt_llm/executor/result.py``
 (``GenerationResult.aresult()``, ``abort()``, ``finished``, ``outputs``) and
 ``tensorrt_llm/executor/utils.py`` (``RequestError``, a per-request failure; any other
-exception out of a result means the executor shut itself down).
+exception out of a result means the executor shut itself down). ``guided_decoding_backend``
+("xgrammar" or "llguidance") is a field of ``BaseLlmArgs`` in
+``tensorrt_llm/llmapi/llm_args.py``; without it a request's ``guided_decoding`` has no
+backend to enforce it.
+
+A request with ``n`` choices runs as ``n`` TensorRT-LLM requests of one choice, choice
+``i`` seeded ``seed + i`` as on every engine here (TensorRT-LLM's own ``n`` refuses greedy
+decoding and draws every choice from one seed; :mod:`~worker.engines.trtllm.mapping`).
 """
 
 from __future__ import annotations
@@ -24,17 +31,22 @@ import contextlib
 import queue
 import threading
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from worker.config import BatchingConfig, EngineConfig
-from worker.engines.base import Capacity, Completion, EngineInput, InFlightEngine
+from worker.engines.base import Capacity, Completion, EngineInput
+from worker.engines.library import LibraryEngine
 from worker.engines.models import locate_model
 from worker.engines.trtllm.loop import LoopThread
-from worker.engines.trtllm.mapping import completion, failed, rejected, sampling_kwargs
-from worker.engines.utilization import BusyMeter, gpu_counter
+from worker.engines.trtllm.mapping import (
+    completion,
+    failed,
+    guide_kwargs,
+    rejected,
+    sampling_kwargs,
+)
+from worker.engines.utilization import gpu_counter
 from worker.errors import BatchpipeError, ErrorCode, ModelLoadError
-from worker.wire.messages import InferenceRequest
 
 
 class TrtLlmFailed(BatchpipeError, RuntimeError):
@@ -43,52 +55,43 @@ class TrtLlmFailed(BatchpipeError, RuntimeError):
 
 @dataclass
 class _Run:
-    """One submitted request; ``handle`` is TensorRT-LLM's result once it has accepted it."""
+    """One submitted request; ``handles`` are TensorRT-LLM's results (one per choice)
+    once it has accepted it."""
 
     item: EngineInput
-    handle: Any = None
+    handles: list[Any] = field(default_factory=list)
     aborted: bool = False  # read and written on the loop's thread only
 
     @property
+    def sequences(self) -> int:
+        return self.item.sampling.n
+
+    @property
     def tokens(self) -> int:  # what its KV cache must be able to hold
-        return len(self.item.prompt_token_ids) + self.item.sampling.max_tokens
+        return (len(self.item.prompt_token_ids) + self.item.sampling.max_tokens) * self.sequences
 
 
-class TrtLlmEngine(InFlightEngine):
+class TrtLlmEngine(LibraryEngine):
     """``tensorrt_llm.LLM`` serving a local Hugging Face checkpoint directory."""
 
-    # what mapping.sampling_kwargs maps onto tensorrt_llm.SamplingParams; n, logprobs and
-    # response_format are not mapped, so requests asking for them are refused at admission
-    honours = frozenset(
-        {"temperature", "top_p", "top_k", "seed", "stop"}
-        | {"presence_penalty", "frequency_penalty", "repetition_penalty"}
-    )
+    kind = "trtllm"
 
-    def __init__(
-        self,
-        engine: EngineConfig | None = None,
-        batching: BatchingConfig | None = None,
-        *,
-        ignore_eos: bool = False,
-    ) -> None:
-        self._config = engine or EngineConfig(kind="trtllm")
-        self._batching = batching or BatchingConfig()
-        self._ignore_eos = ignore_eos
-        self.model_name = self._config.model
+    def _init_state(self) -> None:
         self._llm: Any = None
         self._sampling_params: Any = None
+        self._guided_decoding: Any = None
         self._request_error: type[Exception] = RuntimeError
-        self._encoder: Any = None
         self._loop: LoopThread | None = None
         self._gpu_counter: Callable[[], float] | None = None
-        self._meter = BusyMeter()
         self._busy = contextlib.ExitStack()  # open while any request is in flight
-        self._lock = threading.Lock()  # guards _running, _reserved, _busy, _unread, _dropped
+        # guards _running, _reserved, _sequences, _busy, _unread, _dropped
+        self._lock = threading.Lock()
         self._running: dict[str, _Run] = {}
         # finished but not handed out yet; an abort that comes in between drops the answer
         self._unread: set[str] = set()
         self._dropped: set[str] = set()
         self._reserved = 0
+        self._sequences = 0  # n of every request in _running
         # finished requests, and None once TensorRT-LLM has failed (wakes a waiting reader)
         self._done: queue.Queue[Completion | None] = queue.Queue()
         self._failure: BaseException | None = None
@@ -98,6 +101,7 @@ class TrtLlmEngine(InFlightEngine):
             from tensorrt_llm import LLM, SamplingParams
             from tensorrt_llm.executor import RequestError
             from tensorrt_llm.llmapi import KvCacheConfig
+            from tensorrt_llm.sampling_params import GuidedDecodingParams
         except ImportError as exc:
             raise ModelLoadError(
                 "the trtllm engine needs TensorRT-LLM, which needs an NVIDIA GPU "
@@ -120,6 +124,8 @@ class TrtLlmEngine(InFlightEngine):
                 max_batch_size=self._batching.max_batch_size,
                 max_num_tokens=self._batching.max_batch_tokens,
                 load_format=self._config.load_format,
+                # response_format: xgrammar, the backend encode() checks schemas against
+                guided_decoding_backend="xgrammar",
                 kv_cache_config=KvCacheConfig(
                     free_gpu_memory_fraction=self._config.gpu_memory_fraction,
                     # batching.shared_prefix: prompts with a common prefix reuse its KV blocks
@@ -129,16 +135,11 @@ class TrtLlmEngine(InFlightEngine):
         except Exception as exc:
             raise ModelLoadError(f"TensorRT-LLM cannot load {source}: {exc}") from exc
         self._sampling_params = SamplingParams
+        self._guided_decoding = GuidedDecodingParams
         self._request_error = RequestError
         self._encoder = ChatEncoder(tokenizer, len(tokenizer))
         self._loop = LoopThread("trtllm-loop")
         self._gpu_counter = gpu_counter()
-
-    def encode(self, request: InferenceRequest) -> tuple[int, ...]:
-        if self._encoder is None:
-            raise RuntimeError("TrtLlmEngine.load() has not been called")
-        ids: tuple[int, ...] = self._encoder.encode(request)
-        return ids
 
     def submit(self, item: EngineInput) -> None:
         loop = self._loaded()
@@ -147,6 +148,7 @@ class TrtLlmEngine(InFlightEngine):
         with self._lock:
             self._running[item.key] = run
             self._reserved += run.tokens
+            self._sequences += run.sequences
             if len(self._running) == 1:
                 self._busy.enter_context(self._meter.busy())
         loop.spawn(self._serve(run))
@@ -181,7 +183,7 @@ class TrtLlmEngine(InFlightEngine):
     def capacity(self) -> Capacity:
         with self._lock:
             return Capacity(
-                sequences=max(0, self._batching.max_batch_size - len(self._running)),
+                sequences=max(0, self._batching.max_batch_size - self._sequences),
                 tokens=max(0, self._batching.max_batch_tokens - self._reserved),
             )
 
@@ -208,23 +210,27 @@ class TrtLlmEngine(InFlightEngine):
             return
         item = run.item
         try:
-            params = self._sampling_params(
-                **sampling_kwargs(item.sampling, ignore_eos=self._ignore_eos)
-            )
-            # on the loop's thread: the result binds its reply queue to this running loop
-            run.handle = self._llm.generate_async(
-                list(item.prompt_token_ids), sampling_params=params
-            )
+            for i in range(item.sampling.n):
+                # on the loop's thread: the result binds its reply queue to this running loop
+                run.handles.append(
+                    self._llm.generate_async(
+                        list(item.prompt_token_ids), sampling_params=self._params(item, i)
+                    )
+                )
         except (ValueError, self._request_error) as exc:
+            self._abort_on_loop(run)  # the choices it took already
             self._finish(run, rejected(item, exc))
             return
         except Exception as exc:
             self._fail(exc)
             return
         try:
-            result = await asyncio.wait_for(run.handle.aresult(), self._config.engine_timeout_s)
+            results = await asyncio.wait_for(
+                asyncio.gather(*(handle.aresult() for handle in run.handles)),
+                self._config.engine_timeout_s,
+            )
         except asyncio.TimeoutError:
-            run.handle.abort()
+            self._abort_on_loop(run)
             timeout = self._config.engine_timeout_s
             self._finish(
                 run,
@@ -233,16 +239,32 @@ class TrtLlmEngine(InFlightEngine):
                 ),
             )
         except self._request_error as exc:
+            self._abort_on_loop(run)  # its other choices
             self._finish(run, rejected(item, exc))
         except Exception as exc:
             self._fail(exc)
         else:
-            self._finish(run, completion(item, result.outputs[0]))
+            outputs = [result.outputs[0] for result in results]
+            decode = self._encoder.decode
+            self._finish(run, completion(item, outputs, lambda token: decode([token])))
+
+    def _params(self, item: EngineInput, choice: int) -> Any:
+        """``SamplingParams`` of choice ``choice`` of ``item`` (seeded ``seed + choice``)."""
+        s = item.sampling
+        guide = guide_kwargs(s.response_format)
+        return self._sampling_params(
+            **{
+                **sampling_kwargs(s, ignore_eos=self._ignore_eos),
+                "seed": s.choice_seed(choice),
+                "guided_decoding": None if guide is None else self._guided_decoding(**guide),
+            }
+        )
 
     def _abort_on_loop(self, run: _Run) -> None:
         run.aborted = True
-        if run.handle is not None and not run.handle.finished:
-            run.handle.abort()
+        for handle in run.handles:
+            if not handle.finished:
+                handle.abort()
 
     def _finish(self, run: _Run, done: Completion) -> None:
         with self._lock:
@@ -270,6 +292,7 @@ class TrtLlmEngine(InFlightEngine):
     def _forget(self, run: _Run) -> None:  # under self._lock
         del self._running[run.item.key]
         self._reserved -= run.tokens
+        self._sequences -= run.sequences
         if not self._running:
             self._busy.close()
 

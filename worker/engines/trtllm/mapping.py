@@ -18,14 +18,31 @@ Read from the NVIDIA/TensorRT-LLM sources (1.2.x):
   exceed max_num_tokens (N)" (or max_seq_len) — a ``ValueError`` from ``generate_async``
   in earlier 1.x releases, a ``RequestError`` (a ``RuntimeError``) in newer ones, raised by
   ``generate_async`` or by ``aresult()``.
+* ``tensorrt_llm/sampling_params.py`` — ``GuidedDecodingParams(json=..., json_object=...)``
+  (one guide per request) and ``SamplingParams.logprobs`` (an int: that many likeliest
+  tokens per generated token; ``logprobs=0`` asks for none, ``_validate`` keeps it falsy).
+  ``n`` > 1 with greedy decoding is refused by ``_validate`` ("Greedy decoding in the LLM
+  API does not allow multiple returns") and all ``n`` draw from one seed, so the engine
+  runs n requests of one choice instead (:mod:`~worker.engines.trtllm.engine`).
+* ``tensorrt_llm/_torch/pyexecutor/grammar_matcher.py`` — the xgrammar backend compiles
+  ``json_object`` (guide type JSON) with ``compile_builtin_json_grammar()``, which takes
+  any JSON value, an array or a string too; so ``json_object`` goes as the schema
+  ``{"type": "object"}`` (guide type JSON_SCHEMA, ``compile_json_schema``: strict mode,
+  xgrammar's default).
+* ``tensorrt_llm/executor/result.py`` — ``CompletionOutput.logprobs`` on the PyTorch
+  backend: one ``{token id: Logprob(logprob, rank)}`` per token of ``token_ids``, the end
+  token's included; ``stop_reason`` stays None when the end token ended it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from worker.engines.base import Completion, EngineInput, ResolvedSampling
+from worker.engines.library import token_logprobs
 from worker.errors import ErrorCode
+from worker.wire.messages import Choice, FinishReason, ResponseFormat
 
 
 def sampling_kwargs(sampling: ResolvedSampling, *, ignore_eos: bool) -> dict[str, Any]:
@@ -47,24 +64,55 @@ def sampling_kwargs(sampling: ResolvedSampling, *, ignore_eos: bool) -> dict[str
         "presence_penalty": sampling.presence_penalty,
         "frequency_penalty": sampling.frequency_penalty,
         "ignore_eos": ignore_eos,
+        # logprobs=0 would ask for nothing: the chosen token's value needs at least 1
+        "logprobs": max(1, sampling.top_logprobs) if sampling.logprobs else None,
     }
 
 
-def completion(item: EngineInput, output: Any) -> Completion:
-    """The completion of ``item`` from its ``CompletionOutput``."""
-    reason = output.finish_reason
-    if reason not in ("stop", "length"):
-        return failed(item, ErrorCode.ENGINE_FAILED, f"TensorRT-LLM ended the request: {reason}")
-    text: str = output.text
-    if reason == "stop":
-        text = before_stop(text, item.sampling.stop)
+def guide_kwargs(fmt: ResponseFormat) -> dict[str, Any] | None:
+    """Keyword arguments of ``tensorrt_llm.sampling_params.GuidedDecodingParams`` for
+    ``fmt``; None for free text."""
+    if fmt.type == "text":
+        return None
+    return {"json": fmt.constraint}
+
+
+def completion(
+    item: EngineInput, outputs: Sequence[Any], decode: Callable[[int], str]
+) -> Completion:
+    """The completion of ``item`` from the ``CompletionOutput`` of each of its choices."""
+    choices = []
+    for output in outputs:
+        reason = output.finish_reason
+        if reason not in ("stop", "length"):
+            return failed(
+                item, ErrorCode.ENGINE_FAILED, f"TensorRT-LLM ended the request: {reason}"
+            )
+        choices.append(_choice(item.sampling, output, decode))
+    first, *others = choices
     return Completion(
         key=item.key,
-        text=text,
-        finish_reason=reason,
+        text=first.text,
+        finish_reason=first.finish_reason,
         prompt_tokens=len(item.prompt_token_ids),
-        completion_tokens=len(output.token_ids),
+        completion_tokens=sum(len(output.token_ids) for output in outputs),
+        logprobs=first.logprobs,
+        extra_choices=tuple(others),
     )
+
+
+def _choice(sampling: ResolvedSampling, output: Any, decode: Callable[[int], str]) -> Choice:
+    text: str = output.text
+    reason: FinishReason = "length" if output.finish_reason == "length" else "stop"
+    if reason == "stop":
+        text = before_stop(text, sampling.stop)
+    logprobs = None
+    if sampling.logprobs:
+        ids = list(output.token_ids)
+        if reason == "stop" and output.stop_reason is None:
+            ids = ids[:-1]  # the end token is not part of the answer: no entry (as hf)
+        logprobs = token_logprobs(ids, output.logprobs or [], sampling.top_logprobs, decode)
+    return Choice(text, reason, logprobs)
 
 
 def before_stop(text: str, stops: tuple[str, ...]) -> str:

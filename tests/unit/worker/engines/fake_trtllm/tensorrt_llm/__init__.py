@@ -15,7 +15,10 @@ Names, signatures and behaviour follow the NVIDIA/TensorRT-LLM sources:
 * ``tensorrt_llm/llmapi/llm_args.py`` — ``KvCacheConfig`` (see ``llmapi.py``).
 
 The "model" is deterministic: it answers a prompt with the prompt's tokens in reverse
-order, then the end token (cycling through them when ``ignore_eos``). Its executor runs on
+order, then the end token (cycling through them when ``ignore_eos``); the seed does not
+change it, and a request's ``guided_decoding`` is recorded, not enforced (there is no
+grammar backend here). With ``logprobs=k`` each generated token comes with k entries as
+the PyTorch backend reports them (see ``executor.py``). Its executor runs on
 a thread of its own and can be held (:meth:`FakeExecutor.hold`) so a test can act while
 requests are in flight.
 """
@@ -33,6 +36,7 @@ RequestOutput = GenerationResult
 
 # the TorchLlmArgs fields the engine passes (tensorrt_llm/llmapi/llm_args.py)
 _ACCEPTED = {"backend", "max_batch_size", "max_num_tokens", "kv_cache_config", "load_format"}
+_ACCEPTED |= {"guided_decoding_backend"}  # BaseLlmArgs: "xgrammar" or "llguidance"
 
 
 class LLM:
@@ -43,6 +47,9 @@ class LLM:
         for key in kwargs:
             if key not in _ACCEPTED:
                 raise ValueError(f"{type(self).__name__} got invalid argument: {key}")
+        backend = kwargs.get("guided_decoding_backend")
+        if backend not in (None, "xgrammar", "llguidance"):
+            raise ValueError(f"invalid guided_decoding_backend: {backend}")
         if str(kwargs.get("load_format", "auto")).upper() not in ("AUTO", "DUMMY"):
             raise NotImplementedError(f"Invalid LoadFormat: {kwargs['load_format']}")
         from transformers import AutoTokenizer

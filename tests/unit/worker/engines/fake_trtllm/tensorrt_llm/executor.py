@@ -12,11 +12,16 @@
   decoded text is then cut at a stop string found in it (before it, or after it when
   ``include_stop_str_in_output``). The end token stays in ``token_ids``. An aborted request
   is answered with finish reason "cancelled".
+* Log probabilities (PyTorch backend): with ``logprobs=k``, ``CompletionOutput.logprobs``
+  holds one ``{token id: Logprob(logprob, rank)}`` per token of ``token_ids`` (the end
+  token's included). Here the chosen token has log(1/2) at rank 1 and the dict holds
+  k - 1 other ids (the next ones), each half as likely as the one before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,10 +34,17 @@ class RequestError(RuntimeError):
 
 
 @dataclass
+class Logprob:
+    logprob: float
+    rank: int | None = None
+
+
+@dataclass
 class CompletionOutput:
     index: int
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
+    logprobs: list[dict[int, Logprob]] = field(default_factory=list)
     finish_reason: str | None = None
     stop_reason: int | str | None = None
 
@@ -182,6 +194,9 @@ def generate(prompt: list[int], params: SamplingParams, tokenizer: Any) -> Compl
             if not params.include_stop_str_in_output:
                 out.token_ids = out.token_ids[: -len(matched[0][1])]
             break
+    if params.logprobs:
+        vocab = len(tokenizer)
+        out.logprobs = [_logprobs(token, params.logprobs, vocab) for token in out.token_ids]
     out.text = tokenizer.decode(out.token_ids, skip_special_tokens=True)
     for stop in params._stops():
         at = out.text.find(stop)
@@ -190,3 +205,11 @@ def generate(prompt: list[int], params: SamplingParams, tokenizer: Any) -> Compl
             out.text, out.finish_reason, out.stop_reason = out.text[:cut], "stop", stop
             break
     return out
+
+
+def _logprobs(token: int, k: int, vocab: int) -> dict[int, Logprob]:
+    """The chosen ``token`` at log(1/2), and ``k - 1`` other ids, each half as likely."""
+    entries = {token: Logprob(math.log(0.5), 1)}
+    for rank in range(2, k + 1):
+        entries[(token + rank) % vocab] = Logprob(math.log(0.5**rank), rank)
+    return entries

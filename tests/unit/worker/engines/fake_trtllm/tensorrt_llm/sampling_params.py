@@ -1,14 +1,32 @@
-"""``SamplingParams`` as in ``tensorrt_llm/sampling_params.py``: the fields the engine sets.
+"""``SamplingParams`` and ``GuidedDecodingParams`` as in ``tensorrt_llm/sampling_params.py``:
+the fields the engine sets.
 
-A keyword-only dataclass; ``_validate`` refuses ``top_p`` outside [0, 1], negative
-``top_k`` and negative ``temperature``; ``_setup`` takes ``end_id`` from the tokenizer
-and tokenizes the ``stop`` strings (``_get_stop_reasons_and_words`` pairs them up).
+Keyword-only dataclasses. ``SamplingParams._validate`` refuses ``top_p`` outside [0, 1],
+negative ``top_k``, negative ``temperature`` and ``n`` > 1 with greedy decoding (top_k 1,
+top_p 0 or temperature 0), and keeps ``logprobs`` an int (0 stays falsy: none);
+``_setup`` takes ``end_id`` from the tokenizer and tokenizes the ``stop`` strings
+(``_get_stop_reasons_and_words`` pairs them up). ``GuidedDecodingParams._validate``
+refuses more than one guide.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
+
+
+@dataclass(kw_only=True)
+class GuidedDecodingParams:
+    json: str | dict[str, Any] | None = None
+    regex: str | None = None
+    grammar: str | None = None
+    json_object: bool = False
+    structural_tag: str | None = None
+
+    def _validate(self) -> None:
+        guides = sum(bool(getattr(self, f.name)) for f in fields(self))
+        if guides > 1:
+            raise ValueError(f"Only one guide can be used for a request, but got {guides}.")
 
 
 @dataclass(kw_only=True)
@@ -25,9 +43,21 @@ class SamplingParams:
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     ignore_eos: bool = False
+    n: int = 1
+    logprobs: int | None = None
+    guided_decoding: GuidedDecodingParams | None = None
     _stop_word_ids: list[list[int]] | None = None
 
     def __post_init__(self) -> None:
+        greedy = self.top_k == 1 or self.top_p == 0 or self.temperature == 0
+        if self.n > 1 and greedy:
+            raise ValueError(
+                "Greedy decoding in the LLM API does not allow multiple returns. Please set "
+                f"to best_of=1, got best_of={self.n}."
+            )
+        if self.guided_decoding is not None:
+            self.guided_decoding._validate()
+        self.logprobs = self.logprobs and int(self.logprobs)
         if self.top_p is not None and not 0 <= self.top_p <= 1:
             raise ValueError(f"require 0 <= top_p <= 1, got top_p={self.top_p}")
         if self.top_k is not None and self.top_k < 0:
