@@ -110,20 +110,28 @@ def reserved_topics(kafka: KafkaConfig) -> dict[str, str]:
 
 
 def served_route_problem(config: Config) -> str | None:
-    """Why a worker with this configuration would consume the wrong topic, or None.
+    """Why a worker with this configuration would wait for requests that never come, or None.
 
-    A worker reads ``kafka.requests_topic``; when ``kafka.routes`` names its model
-    (``engine.model``), publishers send that model's requests to the routed topic, which
-    must then be the one it reads — else its requests wait on a topic nobody consumes.
+    A worker reads ``kafka.requests_topic``. With ``kafka.routes`` set (a fleet's shared
+    configuration), publishers send its model's (``engine.model``'s) requests to that
+    model's route only: the route must exist — else every request for the model is
+    refused — and be the topic it reads — else they wait on a topic nobody consumes.
     """
     kafka, model = config.kafka, config.engine.model
-    routed = kafka.routes.get(model)
-    if routed is None or routed == kafka.requests_topic:
+    if not kafka.routes:
         return None
-    return (
-        f"kafka.requests_topic: {kafka.requests_topic!r}, but kafka.routes sends model "
-        f"{model!r} (engine.model) to {routed!r}: this worker would never see its requests"
-    )
+    routed = kafka.routes.get(model)
+    if routed is None:
+        return (
+            f"engine.model: {model!r} has no route in kafka.routes, so publishers refuse "
+            f"every request for it; add {model}: {kafka.requests_topic} to kafka.routes"
+        )
+    if routed != kafka.requests_topic:
+        return (
+            f"kafka.requests_topic: {kafka.requests_topic!r}, but kafka.routes sends model "
+            f"{model!r} (engine.model) to {routed!r}: this worker would never see its requests"
+        )
+    return None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import yaml
 from tests import ROOT
 from worker.config import Config, load_config, producer_max_bytes
 from worker.kafka.clients import BATCH_FRAMING_BYTES
+from worker.routing import RoutingTable, served_route_problem
 
 WORKER_CONFIG = ROOT / "deploy" / "worker.yaml"
 CONFIG_TARGET = "/etc/batchpipe/worker.yaml"
@@ -129,8 +130,17 @@ def test_topics_created_match_the_worker_config(services: dict[str, Any], config
     for flag in ("--create", '--partitions "$$PARTITIONS"', '--bootstrap-server "$$BOOTSTRAP"'):
         assert flag in script
     assert f"--replication-factor {config.kafka.replication_factor}" in script
-    for var in ("REQUESTS_TOPIC", "RESULTS_TOPIC", "DEAD_LETTER_TOPIC"):
+    topic_vars = [name for name in env if name.endswith("_TOPIC")]
+    for var in topic_vars:
         assert f'"$${var}"' in script
+    # every model's requests topic (kafka.routes) is created too
+    created = {env[var] for var in topic_vars}
+    assert created == {
+        config.kafka.requests_topic,
+        config.kafka.results_topic,
+        config.kafka.dead_letter_topic,
+        *config.kafka.routes.values(),
+    }
     assert init["depends_on"]["kafka"]["condition"] == "service_healthy"
     assert "healthcheck" in services["kafka"]
 
@@ -180,6 +190,28 @@ def test_kafka_listeners_serve_workers_and_the_host(
         # transactions need their state log; one broker can hold one replica of it
         assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "1"
         assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "1"
+
+
+def test_two_models_each_have_a_group_and_topic_and_share_the_results_topic(
+    services: dict[str, Any], config: Config
+) -> None:
+    """The chat model's CPU group and the second model's GPU group, as each process loads
+    its configuration: routed, distinct, answering on one results topic."""
+    seen = {name: load_config(path=WORKER_CONFIG, environ=_env(services[name])) for name in WORKERS}
+    for name, worker in seen.items():
+        assert served_route_problem(worker) is None, name
+        assert worker.kafka.routes == config.kafka.routes
+    chat, gpu = seen["worker"], seen["worker-gpu"]
+    assert chat.engine.model != gpu.engine.model
+    assert chat.kafka.group_id != gpu.kafka.group_id
+    assert chat.kafka.requests_topic != gpu.kafka.requests_topic
+    assert chat.kafka.results_topic == gpu.kafka.results_topic == config.kafka.results_topic
+    # publishers (submit, the api) route exactly the models the groups serve
+    table = RoutingTable.from_kafka(config.kafka)
+    assert {table.topic_for(w.engine.model) for w in seen.values()} == set(table.topics)
+    assert _mounts(services["api"]["volumes"])[f"./{WORKER_CONFIG.relative_to(ROOT)}"] == (
+        CONFIG_TARGET
+    )
 
 
 def test_gpu_worker_is_opt_in_and_requests_nvidia_gpus(services: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ import yaml
 
 from tests import ROOT
 from worker.config import Config, load_config
+from worker.routing import RoutingTable, served_route_problem
 
 CHART = ROOT / "helm" / "batchpipe"
 GPU_KEDA_VALUES = CHART / "ci" / "gpu-keda-values.yaml"
@@ -386,3 +387,57 @@ def test_api_is_an_optional_deployment_and_service_with_probes(
 def test_api_without_a_keys_secret_is_refused(chart: helm.Chart) -> None:
     with pytest.raises(Exception, match="keysSecret"):
         _render(chart, {"api": {"enabled": True}})
+
+
+TWO_MODELS = {
+    "chat": CHART / "ci" / "two-models-chat-values.yaml",
+    "llama": CHART / "ci" / "two-models-second-values.yaml",
+}
+
+
+def _release(chart: helm.Chart, name: str, tmp_path: Path) -> tuple[list[Manifest], Config]:
+    """One release of the two-model fleet: its manifests and its workers' configuration."""
+    values = yaml.safe_load(TWO_MODELS[name].read_text())
+    assert _lint_errors(values) == []
+    rendered = chart.render(values=values, name=name, namespace="ml", is_install=True)
+    docs = [
+        doc
+        for path, text in rendered.items()
+        if path.endswith(".yaml")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+    workers = [d for d in docs if d["kind"] == "Deployment" and "-api" not in d["metadata"]["name"]]
+    file = tmp_path / f"{name}.yaml"
+    file.write_text(_one(docs, "ConfigMap")["data"]["worker.yaml"])
+    (worker,) = workers
+    env = worker["spec"]["template"]["spec"]["containers"][0]["env"]
+    environ = {v["name"]: str(v["value"]) for v in env if "value" in v}
+    return docs, load_config(path=file, environ=environ)
+
+
+def test_two_models_are_two_releases_with_a_group_and_topic_each(
+    chart: helm.Chart, tmp_path: Path
+) -> None:
+    releases = {name: _release(chart, name, tmp_path) for name in TWO_MODELS}
+    configs = {name: config for name, (_, config) in releases.items()}
+    for name, (docs, config) in releases.items():
+        # each group reads the topic its model is routed to, and scales on that topic's lag
+        assert served_route_problem(config) is None, name
+        (trigger,) = _one(docs, "ScaledObject")["spec"]["triggers"]
+        assert trigger["metadata"]["topic"] == config.kafka.requests_topic
+        assert trigger["metadata"]["consumerGroup"] == config.kafka.group_id
+    chat, llama = configs["chat"], configs["llama"]
+    assert chat.engine.model != llama.engine.model
+    assert chat.kafka.group_id != llama.kafka.group_id
+    assert chat.kafka.requests_topic != llama.kafka.requests_topic
+    assert chat.kafka.results_topic == llama.kafka.results_topic  # collect finds every answer
+    assert chat.kafka.routes == llama.kafka.routes
+    # the API (in the chat release) routes exactly the models the two groups serve
+    api_names = [d["metadata"]["name"] for d in releases["chat"][0] if d["kind"] == "Deployment"]
+    assert "chat-batchpipe-api" in api_names
+    table = RoutingTable.from_kafka(chat.kafka)
+    assert {table.topic_for(c.engine.model) for c in configs.values()} == set(table.topics)
+    # the two releases' objects neither clash nor select each other's pods
+    names = [{(d["kind"], d["metadata"]["name"]) for d in docs} for docs, _ in releases.values()]
+    assert not names[0] & names[1]

@@ -135,8 +135,10 @@ def _worker(requests_topic: str, routes: dict[str, str], model: str = CHAT) -> C
 def test_a_worker_must_read_the_topic_its_model_is_routed_to() -> None:
     assert served_route_problem(_worker("chat", {})) is None
     assert served_route_problem(_worker("chat", {CHAT: "chat", EMBED: "embed"})) is None
-    # a worker of a model the table does not name (publishers refuse that model anyway)
-    assert served_route_problem(_worker("other", {EMBED: "embed"})) is None
     problem = served_route_problem(_worker("batchpipe.requests", {CHAT: "chat"}))
     assert problem is not None
     assert "'batchpipe.requests'" in problem and "'chat'" in problem and repr(CHAT) in problem
+    # a worker of a model the table does not name: publishers refuse all its requests
+    unrouted = served_route_problem(_worker("other", {EMBED: "embed"}))
+    assert unrouted is not None
+    assert f"engine.model: {CHAT!r} has no route" in unrouted and f"{CHAT}: other" in unrouted
