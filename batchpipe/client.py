@@ -50,7 +50,7 @@ from worker.config import Config, load_config, producer_max_bytes
 from worker.errors import BatchpipeError, RequestError
 from worker.kafka import clients
 from worker.kafka.produce import produce
-from worker.routing import RoutingTable, UnroutedModelError
+from worker.routing import RoutingTable
 from worker.wire.codec import CodecLimits, decode_request, encode_request
 from worker.wire.messages import InferenceRequest, InferenceResult
 
@@ -190,13 +190,13 @@ class Client:
         producer.begin_transaction()
         try:
             for req in requests:
-                if req.model not in routes:  # the file changed since it was scanned
-                    raise UnroutedModelError(req.model, routes)
+                # a model not scanned (the file changed since): routed, or refused, now
+                topic = routes.get(req.model) or self.routing.topic_for(req.model)
                 stamped = replace(
                     req, batch_id=batch_id, batch_total=total, submitted_at=submitted_at
                 )
                 value, headers = encode_request(stamped)
-                produce(producer, routes[req.model], req.custom_id.encode(), value, headers)
+                produce(producer, topic, req.custom_id.encode(), value, headers)
             producer.commit_transaction(TRANSACTION_LIFETIME_S)
         except BaseException:
             with contextlib.suppress(KafkaException):

@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from batchpipe import Client
 from batchpipe.cli import main
 from tests.unit.batchpipe.test_cli_help import UNUSED_BOOTSTRAP
+from worker.config import load_config
+from worker.routing import UnroutedModelError
 
 CHAT = "smollm2-135m-instruct"
 
@@ -101,3 +104,16 @@ def test_a_worker_reading_another_topic_than_its_models_route_does_not_start(
     assert main(["worker", "-c", str(config), "--bootstrap", UNUSED_BOOTSTRAP]) == 2
     err = capsys.readouterr().err
     assert "kafka.requests_topic: 'batchpipe.requests'" in err and "'echo'" in err
+
+
+def test_the_client_refuses_in_memory_requests_of_an_unrouted_model_before_kafka() -> None:
+    client = Client(load_config(environ={}, routes=[(CHAT, "chat")]), bootstrap=UNUSED_BOOTSTRAP)
+    assert client.routing.topic_for(CHAT) == "chat"
+    line = {
+        "custom_id": "a",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": "echo", "messages": [{"role": "user", "content": "hi"}]},
+    }
+    with pytest.raises(UnroutedModelError, match="model 'echo' has no route"):
+        client.submit([line])
