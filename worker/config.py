@@ -20,6 +20,7 @@ from typing import Any, Literal
 import jsonschema
 import yaml
 
+from worker.engines.models import known_task
 from worker.errors import BatchpipeError
 from worker.routing import reserved_topics, route_problems
 
@@ -76,6 +77,9 @@ EngineKind = Literal["hf", "vllm", "trtllm", "echo"]
 class EngineConfig:
     kind: EngineKind = "hf"
     model: str = "smollm2-135m-instruct"  # a known name, a model directory or a .gguf file
+    # generate: chat and completions requests; embed: /v1/embeddings requests with an
+    # embedding model (hf or vllm; all-minilm-l6-v2 is a known one)
+    task: Literal["generate", "embed"] = "generate"
     # vllm: a GGUF model is converted once into a Hugging Face directory here
     model_cache_dir: str = "~/.cache/batchpipe/models"
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -262,6 +266,7 @@ def _inconsistencies(config: Config) -> list[str]:
             for key, is_set in echo_only.items()
             if is_set
         )
+    found.extend(_task_problems(e))
     if b.max_batch_size > b.prefetch_count:
         found.append(
             f"batching.max_batch_size: {b.max_batch_size} exceeds batching.prefetch_count "
@@ -278,6 +283,16 @@ def _inconsistencies(config: Config) -> list[str]:
             f"({config.api.max_file_bytes})"
         )
     return found
+
+
+def _task_problems(e: EngineConfig) -> list[str]:
+    """``engine.task`` against the engine kind and a known model's own task."""
+    if e.task == "embed" and e.kind not in ("hf", "vllm"):
+        return [f"engine.task: embed is served by engine.kind hf or vllm, not {e.kind}"]
+    known = known_task(e.model)
+    if known is not None and known != e.task:
+        return [f"engine.task: {e.task}, but engine.model {e.model!r} is a model for task {known}"]
+    return []
 
 
 def _producer_size_problems(config: Config) -> list[str]:

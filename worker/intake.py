@@ -12,6 +12,7 @@ import time
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
 
 from batcher import Pending, prefix_key_of
 from worker.config import BatchingConfig, GenerationConfig
@@ -19,8 +20,11 @@ from worker.engines.base import Engine, EngineInput, ResolvedSampling
 from worker.engines.support import refusal
 from worker.errors import ErrorCode, RequestError
 from worker.jobs import Identity, Job, Source, failed
+from worker.wire.batchline import URLS
 from worker.wire.codec import CodecLimits, Headers, decode_request
-from worker.wire.messages import InferenceRequest, InferenceResult
+from worker.wire.messages import Endpoint, InferenceRequest, InferenceResult
+
+_URL_OF: dict[Endpoint, str] = {endpoint: url for url, endpoint in URLS.items()}
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,16 @@ class Intake:
                 ErrorCode.INVALID_PARAMETER,
                 f"model {request.model!r} is not served here; this worker serves {served!r}",
                 request.custom_id,
+                param="model",
+            )
+        if request.endpoint not in self._engine.endpoints:
+            urls = ", ".join(url for url, e in URLS.items() if e in self._engine.endpoints)
+            raise RequestError(
+                ErrorCode.INVALID_PARAMETER,
+                f"{_URL_OF[request.endpoint]} is not served here; this worker's model "
+                f"{served!r} serves {urls}",
+                request.custom_id,
+                param="url",
             )
         wall = time.time()
         if request.deadline is not None and request.deadline < wall:
@@ -101,24 +115,16 @@ class Intake:
                 f"deadline passed {wall - request.deadline:.3f}s before the request ran",
                 request.custom_id,
             )
-        sampling = ResolvedSampling.resolve(
-            request.sampling, request.enable_thinking, self._generation
-        )
-        refused = refusal(self._engine, sampling, request.custom_id)
-        if refused is not None:
-            raise refused
-        try:
-            token_ids = self._engine.encode(
-                replace(request, enable_thinking=sampling.enable_thinking)
+        if request.endpoint == "embeddings":
+            sampling = ResolvedSampling.prompt_only()
+        else:
+            sampling = ResolvedSampling.resolve(
+                request.sampling, request.enable_thinking, self._generation
             )
-        except RequestError:
-            raise
-        except Exception as exc:  # a tokenizer failure is this request's problem only
-            raise RequestError(
-                ErrorCode.INVALID_PARAMETER,
-                f"the model cannot take this input: {exc}",
-                request.custom_id,
-            ) from exc
+            refused = refusal(self._engine, sampling, request.custom_id)
+            if refused is not None:
+                raise refused
+        token_ids, inputs = self._tokens(replace(request, enable_thinking=sampling.enable_thinking))
         # n choices are n sequences: each holds the prompt and up to max_tokens
         total = (len(token_ids) + sampling.max_tokens) * sampling.n
         if total > self._batching.max_batch_tokens:
@@ -131,7 +137,7 @@ class Intake:
             )
         job = Job(
             request=request,
-            engine_input=EngineInput(key=source.ref, prompt_token_ids=token_ids, sampling=sampling),
+            engine_input=EngineInput(source.ref, token_ids, sampling, inputs),
             source=source,
             admitted_at=now,
             admitted_wall=wall,
@@ -147,13 +153,39 @@ class Intake:
             priority=request.priority,
             # the batcher's clock is monotonic; a wall-clock deadline is converted once here
             deadline=None if request.deadline is None else now + (request.deadline - wall),
-            dedup_key=_dedup_key(token_ids, sampling) if self._batching.dedup else None,
-            prefix_key=prefix_key_of(token_ids) if self._batching.shared_prefix else None,
+            dedup_key=_dedup_key(token_ids, sampling, inputs) if self._batching.dedup else None,
+            # embedding inputs are encoded whole: no KV cache holds a shared prefix
+            prefix_key=prefix_key_of(token_ids)
+            if self._batching.shared_prefix and not inputs
+            else None,
         )
 
+    def _tokens(
+        self, request: InferenceRequest
+    ) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+        """``(prompt token ids, each embedding input's)``: the engine's tokenizer at work."""
+        try:
+            if request.endpoint != "embeddings":
+                return self._engine.encode(request), ()
+            inputs = self._engine.encode_inputs(request)
+            return tuple(chain.from_iterable(inputs)), inputs
+        except RequestError:
+            raise
+        except Exception as exc:  # a tokenizer failure is this request's problem only
+            raise RequestError(
+                ErrorCode.INVALID_PARAMETER,
+                f"the model cannot take this input: {exc}",
+                request.custom_id,
+            ) from exc
 
-def _dedup_key(token_ids: Sequence[int], sampling: ResolvedSampling) -> bytes | None:
-    """Same key ⇔ byte-identical model input and identical deterministic sampling."""
+
+def _dedup_key(
+    token_ids: Sequence[int],
+    sampling: ResolvedSampling,
+    inputs: Sequence[Sequence[int]] = (),
+) -> bytes | None:
+    """Same key ⇔ byte-identical model input (embedding inputs split at the same places)
+    and identical deterministic sampling."""
     if not sampling.deterministic:
         return None
     if not sampling.seeded:
@@ -162,6 +194,7 @@ def _dedup_key(token_ids: Sequence[int], sampling: ResolvedSampling) -> bytes | 
     digest = hashlib.blake2b(digest_size=16)
     digest.update(array("q", token_ids).tobytes())  # one C call, not a loop per token
     digest.update(repr(sampling).encode())
+    digest.update(array("q", [len(ids) for ids in inputs]).tobytes())
     return digest.digest()
 
 

@@ -107,6 +107,8 @@ def completed(
         endpoint=req.endpoint,
         logprobs=None if error else completion.logprobs,
         extra_choices=() if error else completion.extra_choices,
+        embeddings=() if error else completion.embeddings,
+        encoding_format=req.encoding_format,
     )
 
 

@@ -32,6 +32,7 @@ Purpose = Literal["batch", "batch_output"]
 ENDPOINTS: Mapping[str, Endpoint] = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
 }
 
 R = TypeVar("R", "FileRecord", "BatchRecord")

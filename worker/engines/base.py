@@ -48,9 +48,11 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from worker.config import GenerationConfig
-from worker.errors import BatchpipeError, ErrorCode
+from worker.errors import BatchpipeError, ErrorCode, RequestError
 from worker.wire.messages import (
     Choice,
+    Embeddings,
+    Endpoint,
     ErrorInfo,
     FinishReason,
     InferenceRequest,
@@ -143,6 +145,24 @@ class ResolvedSampling:
             response_format=sampling.response_format,
         )
 
+    @classmethod
+    def prompt_only(cls) -> ResolvedSampling:
+        """The settings of a request that generates nothing (an embeddings request): no
+        token to generate, every option off. Asks for no field."""
+        return cls(
+            max_tokens=0,
+            temperature=0.0,
+            top_p=1.0,
+            top_k=0,
+            seed=0,
+            seeded=False,
+            stop=(),
+            presence_penalty=0.0,
+            frequency_penalty=0.0,
+            repetition_penalty=1.0,
+            enable_thinking=False,
+        )
+
     def choice_seed(self, index: int) -> int:
         """The seed of choice ``index`` (``seed + index``, kept within 63 bits)."""
         return (self.seed + index) % 2**63
@@ -190,19 +210,23 @@ class ResolvedSampling:
 class EngineInput:
     """A request ready to run: its tokens and resolved sampling settings.
 
-    ``key`` is unique among the requests in flight in one worker.
+    ``key`` is unique among the requests in flight in one worker. An embeddings request
+    has one token sequence per input text in ``embedding_inputs``; its
+    ``prompt_token_ids`` is their concatenation (what the batcher counts).
     """
 
     key: str
     prompt_token_ids: tuple[int, ...]
     sampling: ResolvedSampling
+    embedding_inputs: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)
 class Completion:
     """What an engine made of one input: its first choice inline, the others (n > 1) in
     ``extra_choices``. ``completion_tokens`` counts the tokens of every choice; ``logprobs``
-    is set (the first choice's) exactly when the input asked for them."""
+    is set (the first choice's) exactly when the input asked for them. An embedding
+    engine answers ``embeddings``: one vector per ``EngineInput.embedding_inputs``."""
 
     key: str
     text: str = ""
@@ -213,6 +237,7 @@ class Completion:
     error: ErrorInfo | None = None
     logprobs: Logprobs = None
     extra_choices: tuple[Choice, ...] = ()
+    embeddings: Embeddings = ()
 
     @classmethod
     def failed(cls, key: str, code: ErrorCode, message: str, prompt_tokens: int) -> Completion:
@@ -258,6 +283,8 @@ class Engine(ABC):
     model_name: str
     #: how the worker feeds it: :class:`StaticEngine` or :class:`InFlightEngine`
     mode: ClassVar[FeedMode]
+    #: the endpoints whose requests it serves; another endpoint's are refused at admission
+    endpoints: ClassVar[frozenset[Endpoint]] = frozenset({"chat", "completions"})
     #: the ``engine`` fields of :mod:`worker.wire.fields` it applies; a request that asks
     #: for another (``ResolvedSampling.asks_for``) is refused with 4002 at admission
     honours: ClassVar[frozenset[str]] = frozenset()
@@ -275,6 +302,16 @@ class Engine(ABC):
 
         Raises :class:`~worker.errors.RequestError` (4002) for input the model cannot take.
         """
+
+    def encode_inputs(self, request: InferenceRequest) -> tuple[tuple[int, ...], ...]:
+        """The token ids of each input text of an embeddings request, for engines that
+        serve ``/v1/embeddings`` (:mod:`worker.engines.embed.base`); 4002 otherwise."""
+        raise RequestError(
+            ErrorCode.INVALID_PARAMETER,
+            f"the {type(self).__name__} engine does not serve /v1/embeddings",
+            request.custom_id,
+            param="url",
+        )
 
     @abstractmethod
     def utilization(self) -> float:

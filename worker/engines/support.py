@@ -6,7 +6,8 @@ change its answer (``Engine.inert``). From the two:
 
 * :func:`refusal` is the 4002 the worker answers at admission when a request asks for a
   field its engine does not honour;
-* :func:`markdown` renders the table of ``docs/fields.md`` (each field × each engine).
+* :func:`markdown` renders the tables of ``docs/fields.md`` (each field × each engine,
+  for the generation endpoints and for ``/v1/embeddings``).
   ``python -m worker.engines.support`` rewrites it; a unit test fails when it is stale.
 """
 
@@ -19,10 +20,13 @@ from pathlib import Path
 from worker.engines.base import Engine, ResolvedSampling
 from worker.engines.factory import engine_class
 from worker.errors import ErrorCode, RequestError
-from worker.wire.fields import FIELDS, BodyField
+from worker.wire.fields import BOTH, EMBED, FIELDS, BodyField
+from worker.wire.messages import Endpoint
 
 #: every engine kind in the table's columns, in order
 ENGINE_KINDS = ("echo", "hf", "vllm", "trtllm")
+#: the engine kinds that serve ``engine.task: embed``
+EMBEDDING_KINDS = ("hf", "vllm")
 DOC = Path(__file__).resolve().parents[2] / "docs" / "fields.md"
 BEGIN, END = "<!-- fields:table -->", "<!-- /fields:table -->"
 
@@ -51,29 +55,43 @@ def refusal(engine: Engine, sampling: ResolvedSampling, custom_id: str) -> Reque
     )
 
 
-def _engines() -> Mapping[str, type[Engine] | None]:
+def _engines(kinds: tuple[str, ...], task: str) -> Mapping[str, type[Engine] | None]:
     engines: dict[str, type[Engine] | None] = {}
-    for kind in ENGINE_KINDS:
+    for kind in kinds:
         try:
-            engines[kind] = engine_class(kind)
+            engines[kind] = engine_class(kind, task)
         except Exception:  # a kind this checkout does not have yet
             engines[kind] = None
     return engines
 
 
-def markdown() -> str:
-    """The table of docs/fields.md: one row per field, one column per engine kind."""
-    engines = _engines()
-    endpoints = {"chat": "chat", "completions": "completions"}
+def _table(endpoints: frozenset[Endpoint], task: str, kinds: tuple[str, ...]) -> list[str]:
+    """One row per field of ``endpoints``, one column per engine kind serving ``task``."""
+    engines = _engines(kinds, task)
     rows = [
-        "| field | endpoints | " + " | ".join(ENGINE_KINDS) + " | notes |",
-        "|---|---|" + "---|" * len(ENGINE_KINDS) + "---|",
+        "| field | endpoints | " + " | ".join(kinds) + " | notes |",
+        "|---|---|" + "---|" * len(kinds) + "---|",
     ]
     for field in FIELDS:
-        where = ", ".join(endpoints[e] for e in sorted(field.endpoints))
+        if not field.endpoints & endpoints:
+            continue
+        where = ", ".join(sorted(field.endpoints & endpoints))
         cells = ["n/a" if cls is None else support(field, cls) for cls in engines.values()]
         name = f"`{field.name}`" + (" (extension)" if field.extension else "")
         rows.append(f"| {name} | {where} | " + " | ".join(cells) + f" | {field.note} |")
+    return rows
+
+
+def markdown() -> str:
+    """The tables of docs/fields.md: one row per field, one column per engine kind; the
+    generation endpoints first, then ``/v1/embeddings`` (``engine.task: embed``)."""
+    rows = [
+        *_table(BOTH, "generate", ENGINE_KINDS),
+        "",
+        "`/v1/embeddings`, served by a worker with `engine.task: embed`:",
+        "",
+        *_table(EMBED, "embed", EMBEDDING_KINDS),
+    ]
     return "\n".join(rows) + "\n"
 
 

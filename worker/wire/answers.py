@@ -3,8 +3,11 @@
 A completed result becomes an output line whose ``response.body`` is what the endpoint
 the request addressed returns: a ``chat.completion`` (``ChatCompletion`` in the official
 ``openai`` SDK) for ``/v1/chat/completions``, a ``text_completion`` (``Completion``) for
-``/v1/completions``; one choice per ``n``, each with its ``logprobs`` in that endpoint's
-form when the request asked for them. A failed result becomes an error line:
+``/v1/completions`` — one choice per ``n``, each with its ``logprobs`` in that endpoint's
+form when the request asked for them — and a ``list`` of ``embedding`` objects
+(``CreateEmbeddingResponse``) for ``/v1/embeddings``, each vector a list of numbers or,
+with ``encoding_format: base64``, the base64 of its little-endian float32 bytes. A failed
+result becomes an error line:
 ``response.body.error`` is an OpenAI error object (``message``, ``type``, ``param``,
 ``code``) and the top-level ``error`` the batch line's own (``code``, ``message``,
 ``param``), as the SDK's ``ErrorObject`` and ``BatchError`` read them. ``code`` is
@@ -17,9 +20,18 @@ Schemas: ``schemas/batch-output-line.schema.json``, ``schemas/batch-error-line.s
 
 from __future__ import annotations
 
+import base64
+import struct
 from typing import Any
 
-from worker.wire.messages import Choice, Endpoint, InferenceResult, Logprobs, TokenLogprob
+from worker.wire.messages import (
+    Choice,
+    EncodingFormat,
+    Endpoint,
+    InferenceResult,
+    Logprobs,
+    TokenLogprob,
+)
 
 
 def _ids(result: InferenceResult) -> tuple[str, str]:
@@ -72,8 +84,36 @@ def _choice(endpoint: Endpoint, index: int, choice: Choice) -> dict[str, Any]:
     }
 
 
+def encode_vector(vector: tuple[float, ...], encoding: EncodingFormat) -> list[float] | str:
+    """One embedding as the answer writes it: numbers, or base64 of little-endian float32."""
+    if encoding == "float":
+        return list(vector)
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+
+
+def _embeddings_body(result: InferenceResult) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": encode_vector(vector, result.encoding_format),
+            }
+            for i, vector in enumerate(result.embeddings)
+        ],
+        "model": result.model,
+        "usage": {
+            "prompt_tokens": result.usage.prompt_tokens,
+            "total_tokens": result.usage.total_tokens,
+        },
+    }
+
+
 def response_body(result: InferenceResult) -> dict[str, Any]:
     """The body the OpenAI endpoint answers for a completed result."""
+    if result.endpoint == "embeddings":
+        return _embeddings_body(result)
     _, body_id = _ids(result)
     usage = result.usage
     return {

@@ -6,8 +6,9 @@ Input line (``schemas/batch-input-line.schema.json``)::
      "body": {"model": "...", "messages": [...], "max_tokens": 32, ...},
      "metadata": {"k": "v"}, "priority": 0, "deadline": 1767225600.0}
 
-``url`` is ``/v1/chat/completions`` (``messages``) or ``/v1/completions`` (``prompt``,
-a string or a list of token ids). ``metadata`` may sit at the top level or in the body
+``url`` is ``/v1/chat/completions`` (``messages``), ``/v1/completions`` (``prompt``,
+a string or a list of token ids) or ``/v1/embeddings`` (``input``, a string or a list of
+strings; ``encoding_format``, ``dimensions``). ``metadata`` may sit at the top level or in the body
 (both are merged, the top level wins). ``batch_id``, ``batch_total``, ``priority``,
 ``deadline`` and ``submitted_at`` are optional top-level batchpipe extensions.
 
@@ -27,12 +28,26 @@ from typing import Any
 
 from worker.errors import ErrorCode, RequestError
 from worker.wire.fields import body_field
-from worker.wire.messages import ChatMessage, Endpoint, InferenceRequest, SamplingParams
+from worker.wire.messages import (
+    ChatMessage,
+    EncodingFormat,
+    Endpoint,
+    InferenceRequest,
+    SamplingParams,
+)
 from worker.wire.response_format import format_from_json, format_to_json
 from worker.wire.validation import check_custom_id, escaped, validate_request
 
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
+EMBEDDINGS_URL = "/v1/embeddings"
+#: the endpoint each batch-line ``url`` addresses
+URLS: dict[str, Endpoint] = {
+    CHAT_URL: "chat",
+    COMPLETIONS_URL: "completions",
+    EMBEDDINGS_URL: "embeddings",
+}
+ENCODING_FORMATS: tuple[EncodingFormat, ...] = ("float", "base64")
 _OPTIONAL_FLOATS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 LINE_KEYS = frozenset(
     {"custom_id", "method", "url", "body", "metadata", "batch_id", "batch_total", "priority"}
@@ -138,6 +153,56 @@ def _prompt(body: _Fields) -> tuple[str | None, tuple[int, ...]]:
         return None, tuple(raw)
     raise body.error(
         ErrorCode.MALFORMED, f"body.prompt is required for {COMPLETIONS_URL}: a string or token ids"
+    )
+
+
+def _embedding_inputs(body: _Fields) -> tuple[str, ...]:
+    """``input``: a string or a list of strings. Token arrays, which OpenAI also takes, are
+    refused: the tokens would have to be the served model's own."""
+    raw = body.obj.get("input")
+    if isinstance(raw, str):
+        return (raw,)
+    if raw == []:
+        raise body.error(ErrorCode.INVALID_PARAMETER, "body.input holds no text", "input")
+    if isinstance(raw, list) and all(isinstance(text, str) for text in raw):
+        return tuple(raw)
+    if isinstance(raw, list) and all(isinstance(t, int | list) for t in raw):
+        raise body.error(
+            ErrorCode.INVALID_PARAMETER,
+            "body.input: token arrays are not supported; send the text",
+            "input",
+        )
+    raise body.error(
+        ErrorCode.MALFORMED,
+        f"body.input is required for {EMBEDDINGS_URL}: a string or a list of strings",
+    )
+
+
+def _encoding_format(body: _Fields) -> EncodingFormat:
+    raw = body.get("encoding_format", str, "a string")
+    for encoding in ENCODING_FORMATS:
+        if raw in (None, encoding):
+            return encoding
+    raise body.error(
+        ErrorCode.INVALID_PARAMETER,
+        f"encoding_format must be float or base64, got {raw!r}",
+        "encoding_format",
+    )
+
+
+def _embeddings_request(custom_id: str, top: _Fields, body: _Fields) -> InferenceRequest:
+    return InferenceRequest(
+        custom_id=custom_id,
+        batch_id=top.get("batch_id", str, "a string") or "",
+        batch_total=top.integer("batch_total") or 0,
+        model=body.get("model", str, "a string") or "",
+        embedding_inputs=_embedding_inputs(body),
+        encoding_format=_encoding_format(body),
+        dimensions=body.integer("dimensions"),
+        metadata=MappingProxyType(top.string_map("metadata")),
+        priority=top.integer("priority") or 0,
+        deadline=top.number("deadline"),
+        submitted_at=top.number("submitted_at"),
     )
 
 
@@ -251,14 +316,14 @@ def _request_of(obj: Mapping[str, Any]) -> InferenceRequest:
     messages: tuple[ChatMessage, ...] = ()
     prompt: str | None = None
     token_ids: tuple[int, ...] = ()
-    endpoint: Endpoint
-    if url == CHAT_URL:
-        endpoint = "chat"
-    elif url == COMPLETIONS_URL:
-        endpoint = "completions"
-    else:
-        raise top.error(ErrorCode.INVALID_PARAMETER, f"url must be {CHAT_URL} or {COMPLETIONS_URL}")
+    endpoint = URLS.get(url)
+    if endpoint is None:
+        raise top.error(ErrorCode.INVALID_PARAMETER, f"url must be one of {', '.join(URLS)}", "url")
     _check_body(body, endpoint, url)
+    if endpoint == "embeddings":
+        embeddings = _embeddings_request(custom_id, top, body)
+        validate_request(embeddings)
+        return embeddings
     if endpoint == "chat":
         messages = _messages(body)
     else:
@@ -292,7 +357,13 @@ def _request_of(obj: Mapping[str, Any]) -> InferenceRequest:
 def request_to_line(req: InferenceRequest) -> dict[str, Any]:
     """The batch input line of ``req``: ``parse_line(request_to_line(req)) == req``."""
     body: dict[str, Any] = {"model": req.model}
-    if req.prompt is not None or req.prompt_token_ids:
+    if req.embedding_inputs:
+        url = EMBEDDINGS_URL
+        body["input"] = list(req.embedding_inputs)
+        body["encoding_format"] = req.encoding_format
+        if req.dimensions is not None:
+            body["dimensions"] = req.dimensions
+    elif req.prompt is not None or req.prompt_token_ids:
         url = COMPLETIONS_URL
         body["prompt"] = req.prompt if req.prompt is not None else list(req.prompt_token_ids)
     else:

@@ -28,6 +28,7 @@ from worker.wire.compression import ZSTD_MAGIC, compress, inflate
 from worker.wire.messages import (
     ChatMessage,
     Choice,
+    EncodingFormat,
     Endpoint,
     ErrorInfo,
     FinishReason,
@@ -68,9 +69,19 @@ _FINISH: dict[FinishReason, pb.FinishReason] = {
 _ENDPOINT: dict[Endpoint, pb.Endpoint] = {
     "chat": pb.ENDPOINT_CHAT_COMPLETIONS,
     "completions": pb.ENDPOINT_COMPLETIONS,
+    "embeddings": pb.ENDPOINT_EMBEDDINGS,
+}
+_ENCODING: dict[EncodingFormat, pb.EncodingFormat] = {
+    "float": pb.ENCODING_FORMAT_FLOAT,
+    "base64": pb.ENCODING_FORMAT_BASE64,
 }
 _STATUS_NAME = {number: name for name, number in _STATUS.items()}
 _FINISH_NAME = {number: name for name, number in _FINISH.items()}
+_ENDPOINT_NAME = {number: name for name, number in _ENDPOINT.items()}
+_ENCODING_NAME: dict[int, EncodingFormat] = {
+    pb.ENCODING_FORMAT_UNSPECIFIED: "float",
+    **{number: name for name, number in _ENCODING.items()},
+}
 
 
 @dataclass(frozen=True)
@@ -170,6 +181,8 @@ def _request_to_pb(req: InferenceRequest) -> pb.InferenceRequest:
         priority=req.priority,
         deadline=req.deadline,
         submitted_at=req.submitted_at,
+        encoding_format=_ENCODING[req.encoding_format],
+        dimensions=req.dimensions,
     )
     # Setting a oneof member selects it; the last one set would win, so set only one.
     if req.messages:
@@ -180,6 +193,8 @@ def _request_to_pb(req: InferenceRequest) -> pb.InferenceRequest:
         msg.prompt = req.prompt
     elif req.prompt_token_ids:
         msg.prompt_token_ids.ids.extend(req.prompt_token_ids)
+    elif req.embedding_inputs:
+        msg.embedding_inputs.texts.extend(req.embedding_inputs)
     return msg
 
 
@@ -219,6 +234,17 @@ def _unknown_fields(msg: Message, where: str) -> list[str]:
     return found
 
 
+def _encoding_from_pb(number: int) -> EncodingFormat:
+    encoding = _ENCODING_NAME.get(number)
+    if encoding is None:
+        raise RequestError(
+            ErrorCode.INVALID_PARAMETER,
+            f"encoding_format must be float or base64, got enum value {number}",
+            param="encoding_format",
+        )
+    return encoding
+
+
 def _request_from_pb(msg: pb.InferenceRequest) -> InferenceRequest:
     s = msg.sampling
     return InferenceRequest(
@@ -249,6 +275,9 @@ def _request_from_pb(msg: pb.InferenceRequest) -> InferenceRequest:
         priority=msg.priority,
         deadline=_present(msg, "deadline"),
         submitted_at=_present(msg, "submitted_at"),
+        embedding_inputs=tuple(msg.embedding_inputs.texts),
+        encoding_format=_encoding_from_pb(msg.encoding_format),
+        dimensions=_present(msg, "dimensions"),
     )
 
 
@@ -387,6 +416,8 @@ def _result_to_pb(res: InferenceResult) -> pb.InferenceResult:
             )
             for c in res.extra_choices
         ],
+        embeddings=[pb.Embedding(values=vector) for vector in res.embeddings],
+        encoding_format=_ENCODING[res.encoding_format],
     )
     if res.error is not None:
         msg.error.code = res.error.code
@@ -456,10 +487,12 @@ def decode_result(
         model=msg.model,
         worker_id=msg.worker_id,
         created_at=msg.created_at,
-        endpoint="completions" if msg.endpoint == pb.ENDPOINT_COMPLETIONS else "chat",
+        endpoint=_ENDPOINT_NAME.get(msg.endpoint, "chat"),
         logprobs=_logprobs_from_pb(msg),
         extra_choices=tuple(
             Choice(c.text, _FINISH_NAME.get(c.finish_reason, "stop"), _logprobs_from_pb(c))
             for c in msg.extra_choices
         ),
+        embeddings=tuple(tuple(e.values) for e in msg.embeddings),
+        encoding_format=_ENCODING_NAME.get(msg.encoding_format, "float"),
     )

@@ -17,7 +17,8 @@ Treatments:
 * ``refused`` — 4002 unless its value is one of ``neutral`` (values that ask for nothing).
 
 The fields are those of the official ``openai`` SDK's ``CompletionCreateParams`` for
-``/v1/chat/completions`` and ``/v1/completions``, plus batchpipe's extensions
+``/v1/chat/completions`` and ``/v1/completions`` and ``EmbeddingCreateParams`` for
+``/v1/embeddings``, plus batchpipe's extensions
 (``tests/unit/worker/wire/test_fields.py`` walks both lists against the parser).
 """
 
@@ -33,6 +34,8 @@ Treatment = Literal["honoured", "engine", "informational", "refused"]
 CHAT: frozenset[Endpoint] = frozenset({"chat"})
 TEXT: frozenset[Endpoint] = frozenset({"completions"})
 BOTH: frozenset[Endpoint] = CHAT | TEXT
+EMBED: frozenset[Endpoint] = frozenset({"embeddings"})
+ALL: frozenset[Endpoint] = BOTH | EMBED
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ _TOOLS = "tools and function calling are not implemented"
 FIELDS: tuple[BodyField, ...] = (
     _f(
         "model",
-        BOTH,
+        ALL,
         "honoured",
         "the worker's model name; empty or absent: the worker's; another: 4002",
     ),
@@ -93,7 +96,7 @@ FIELDS: tuple[BodyField, ...] = (
     _f("top_logprobs", CHAT, "engine", "alternatives per token (0..20); needs logprobs: true"),
     _f("response_format", CHAT, "engine", "text, json_object or json_schema, by guided decoding"),
     _f("metadata", CHAT, "honoured", "string tags returned on the result"),
-    _f("user", BOTH, "informational", "an end-user id; accepted, not used"),
+    _f("user", ALL, "informational", "an end-user id; accepted, not used"),
     _f("safety_identifier", CHAT, "informational", "an end-user id; accepted, not used"),
     _f("prompt_cache_key", CHAT, "informational", "shared prefixes are cached without a key"),
     _f(
@@ -125,6 +128,20 @@ FIELDS: tuple[BodyField, ...] = (
     _f("best_of", TEXT, "refused", "only 1; use n", 1),
     _f("echo", TEXT, "refused", "the prompt is not echoed back", False),
     _f("suffix", TEXT, "refused", "no insertion mode", ""),
+    _f("input", EMBED, "honoured", "a string or a list of up to 2048 non-empty strings"),
+    _f(
+        "encoding_format",
+        EMBED,
+        "honoured",
+        "float (JSON numbers) or base64 (little-endian float32 bytes)",
+    ),
+    _f(
+        "dimensions",
+        EMBED,
+        "engine",
+        "only the model's own size (384 for all-MiniLM-L6-v2); shortening needs a "
+        "Matryoshka model, none is served",
+    ),
     _f("top_k", BOTH, "engine", "sample among the k likeliest tokens", extension=True),
     _f("repetition_penalty", BOTH, "engine", "transformers' definition", extension=True),
     _f("enable_thinking", BOTH, "honoured", "rendered by the chat template", extension=True),

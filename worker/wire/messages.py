@@ -16,7 +16,12 @@ Role = Literal["system", "user", "assistant", "tool", "developer"]
 FinishReason = Literal["stop", "length", "error"]
 Status = Literal["completed", "failed"]
 #: The OpenAI endpoint a request addressed; it decides the shape of the answer's body.
-Endpoint = Literal["chat", "completions"]
+Endpoint = Literal["chat", "completions", "embeddings"]
+#: How an embeddings answer writes its vectors (OpenAI's ``encoding_format``): JSON numbers,
+#: or base64 of their little-endian float32 bytes.
+EncodingFormat = Literal["float", "base64"]
+#: One embedding vector per input text of a request.
+Embeddings = tuple[tuple[float, ...], ...]
 
 
 def _frozen(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
@@ -86,7 +91,9 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class InferenceRequest:
-    """One request. Exactly one of ``messages``, ``prompt`` or ``prompt_token_ids`` is set."""
+    """One request. Exactly one of ``messages``, ``prompt``, ``prompt_token_ids`` or
+    ``embedding_inputs`` is set; ``encoding_format`` and ``dimensions`` belong to the last
+    (``/v1/embeddings``), ``sampling`` and ``enable_thinking`` to the others."""
 
     custom_id: str
     batch_id: str = ""
@@ -101,11 +108,17 @@ class InferenceRequest:
     priority: int = 0
     deadline: float | None = None  # unix seconds
     submitted_at: float | None = None  # unix seconds
+    embedding_inputs: tuple[str, ...] = ()
+    encoding_format: EncodingFormat = "float"
+    dimensions: int | None = None
 
     @property
     def endpoint(self) -> Endpoint:
-        """``chat`` for messages (``/v1/chat/completions``), else ``completions``."""
-        return "chat" if self.messages else "completions"
+        """``chat`` for messages (``/v1/chat/completions``), ``embeddings`` for embedding
+        inputs (``/v1/embeddings``), else ``completions``."""
+        if self.messages:
+            return "chat"
+        return "embeddings" if self.embedding_inputs else "completions"
 
 
 @dataclass(frozen=True)
@@ -166,6 +179,8 @@ class InferenceResult:
     ``text``, ``finish_reason`` and ``logprobs`` are the first choice's; a request with
     ``n`` > 1 has the others in ``extra_choices`` (:attr:`choices` lists them all).
     ``usage.completion_tokens`` counts the tokens of every choice, as OpenAI does.
+    An embeddings result has no text: ``embeddings`` holds one vector per input, written
+    in the answer as ``encoding_format`` says.
     """
 
     custom_id: str
@@ -185,6 +200,8 @@ class InferenceResult:
     endpoint: Endpoint = "chat"
     logprobs: Logprobs = None  # the first choice's, like text and finish_reason
     extra_choices: tuple[Choice, ...] = ()  # choices 1 .. n-1 when n > 1
+    embeddings: Embeddings = ()
+    encoding_format: EncodingFormat = "float"
 
     @property
     def choices(self) -> tuple[Choice, ...]:

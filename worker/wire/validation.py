@@ -14,16 +14,18 @@ import json
 import math
 import re
 from collections.abc import Iterator
+from dataclasses import fields
 
 import jsonschema
 
 from worker.errors import ErrorCode, RequestError
-from worker.wire.messages import InferenceRequest
+from worker.wire.messages import InferenceRequest, SamplingParams
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 MAX_STOP = 16
 MAX_N = 128  # OpenAI's bound on n
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs
+MAX_EMBEDDING_INPUTS = 2048  # OpenAI's bound on the texts of one embeddings request
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -61,6 +63,8 @@ def _texts(req: InferenceRequest) -> Iterator[tuple[str, str]]:
     for i, message in enumerate(req.messages):
         yield f"messages[{i}].role", message.role
         yield f"messages[{i}].content", message.content
+    for i, text in enumerate(req.embedding_inputs):
+        yield f"input[{i}]", text
     for i, stop in enumerate(req.sampling.stop):
         yield f"stop[{i}]", stop
     yield "response_format.json_schema.name", req.sampling.response_format.name
@@ -114,11 +118,14 @@ def _check_input(req: InferenceRequest) -> None:
             ("messages", bool(req.messages)),
             ("prompt", req.prompt is not None),
             ("prompt_token_ids", bool(req.prompt_token_ids)),
+            ("input", bool(req.embedding_inputs)),
         )
         if present
     ]
     if not given:
-        raise _invalid(req, "the request has no input: give messages, a prompt or token ids")
+        raise _invalid(
+            req, "the request has no input: give messages, a prompt, token ids or embedding input"
+        )
     if len(given) > 1:
         raise _invalid(req, f"give exactly one input, got {' and '.join(given)}")
     for message in req.messages:
@@ -154,6 +161,33 @@ def _check_output_options(req: InferenceRequest) -> None:
             raise _invalid(req, f"response_format json_schema.schema: {problem}", "response_format")
 
 
+def _check_embeddings(req: InferenceRequest) -> None:
+    """The embeddings options belong to embeddings requests, generation settings to the
+    others; OpenAI's bounds on the input texts."""
+    if req.endpoint != "embeddings":
+        if req.encoding_format != "float":
+            raise _invalid(req, "encoding_format is a /v1/embeddings field", "encoding_format")
+        if req.dimensions is not None:
+            raise _invalid(req, "dimensions is a /v1/embeddings field", "dimensions")
+        return
+    unset = SamplingParams()
+    asked = [
+        f.name for f in fields(unset) if getattr(req.sampling, f.name) != getattr(unset, f.name)
+    ]
+    asked += ["enable_thinking"] if req.enable_thinking is not None else []
+    if asked:
+        raise _invalid(
+            req, f"{asked[0]} is a generation setting: /v1/embeddings takes none", asked[0]
+        )
+    if len(req.embedding_inputs) > MAX_EMBEDDING_INPUTS:
+        raise _invalid(
+            req, f"input holds more than {MAX_EMBEDDING_INPUTS} texts, OpenAI's limit", "input"
+        )
+    if not all(req.embedding_inputs):
+        raise _invalid(req, "input texts must not be empty", "input")
+    _check_int(req, "dimensions", req.dimensions, 1, INT32_MAX)
+
+
 @functools.lru_cache(maxsize=256)
 def schema_problem(text: str) -> str:
     """Why ``text`` is not a JSON Schema object ("" when it is one); cached per schema."""
@@ -177,7 +211,8 @@ def validate_request(req: InferenceRequest) -> None:
     there is none to answer to); 4001 for text that UTF-8 cannot encode, naming the field
     and carrying ``custom_id`` escaped if it is the culprit (:func:`check_custom_id`);
     4002, carrying ``req.custom_id``, for a value out of range, a missing or ambiguous
-    input, or an unknown message role.
+    input, an unknown message role, or options of another endpoint (sampling on an
+    embeddings request, ``encoding_format`` or ``dimensions`` on a generation one).
     Limits that depend on the worker (tokens, model name) are checked by the worker.
     """
     if not req.custom_id:
@@ -196,6 +231,7 @@ def validate_request(req: InferenceRequest) -> None:
     if len(s.stop) > MAX_STOP or any(not stop for stop in s.stop):
         raise _invalid(req, f"stop must hold at most {MAX_STOP} non-empty strings", "stop")
     _check_output_options(req)
+    _check_embeddings(req)
     _check_int(req, "batch_total", req.batch_total, 0, INT32_MAX)
     _check_int(req, "priority", req.priority, -INT32_MAX - 1, INT32_MAX)
     for name, when in (("deadline", req.deadline), ("submitted_at", req.submitted_at)):

@@ -106,6 +106,18 @@ def test_dummy_weights_are_for_the_trtllm_engine_only() -> None:
     assert "load_format" in refused("engine.kind=trtllm", "engine.load_format=random")
 
 
+def test_the_embed_task_needs_an_embedding_engine_and_model() -> None:
+    embed = ["engine.task=embed", "engine.model=all-minilm-l6-v2"]
+    assert load_config(sets=[*embed, "engine.kind=vllm"], environ={}).engine.task == "embed"
+    assert load_config(environ={}).engine.task == "generate"
+    assert "engine.task: embed is served by engine.kind hf or vllm" in refused(
+        *embed, "engine.kind=trtllm"
+    )
+    assert "is a model for task generate" in refused("engine.task=embed")  # smollm2
+    assert "is a model for task embed" in refused("engine.model=all-minilm-l6-v2")
+    assert "task" in refused("engine.task=rerank")
+
+
 def test_the_producer_takes_every_record_the_worker_accepts_with_headroom() -> None:
     from worker.config import RECORD_HEADROOM_BYTES, producer_max_bytes
 

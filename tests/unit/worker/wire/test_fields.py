@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from openai.types import completion_create_params as text_params
+from openai.types import embedding_create_params as embed_params
 from openai.types.chat import completion_create_params as chat_params
 
 from worker.config import BatchingConfig, GenerationConfig
@@ -19,23 +20,33 @@ from worker.intake import Intake, Rejection
 from worker.jobs import Identity, Source
 from worker.wire.batchline import parse_line
 from worker.wire.codec import CodecLimits, encode_request
-from worker.wire.fields import FIELDS, body_field
+from worker.wire.fields import BOTH, FIELDS, body_field
 from worker.wire.messages import ChatMessage, Endpoint, InferenceRequest, SamplingParams
 
-URLS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+URLS: dict[Endpoint, str] = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "embeddings": "/v1/embeddings",
+}
+ENDPOINTS: tuple[Endpoint, ...] = ("chat", "completions", "embeddings")
 INPUTS: dict[Endpoint, dict[str, Any]] = {
     "chat": {"messages": [{"role": "user", "content": "hi"}]},
     "completions": {"prompt": "hi"},
+    "embeddings": {"input": "hi"},
 }
 SDK_FIELDS: dict[Endpoint, set[str]] = {
     "chat": {*chat_params.CompletionCreateParamsBase.__annotations__, "stream"},
     "completions": {*text_params.CompletionCreateParamsBase.__annotations__, "stream"},
+    "embeddings": {*embed_params.EmbeddingCreateParams.__annotations__},
 }
 #: a value of each field that asks for something; every field of the table has one
 ASKING: dict[str, Any] = {
     "model": "m",
     "messages": [{"role": "user", "content": "hi"}],
     "prompt": "hi",
+    "input": ["hi", "there"],
+    "encoding_format": "base64",
+    "dimensions": 8,
     "max_tokens": 4,
     "max_completion_tokens": 4,
     "temperature": 0.5,
@@ -84,7 +95,7 @@ ids = itertools.count()
 
 def line(endpoint: Endpoint, **body: Any) -> dict[str, Any]:
     full = {**INPUTS[endpoint], **body}
-    if "top_logprobs" in body:
+    if "top_logprobs" in body and endpoint != "embeddings":
         full["logprobs"] = True  # top_logprobs needs it
     if endpoint == "completions" and full.get("logprobs") is True:
         full["logprobs"] = 2  # the completions endpoint's logprobs is a count
@@ -102,11 +113,11 @@ def test_every_field_has_an_asking_value() -> None:
     assert set(ASKING) == {field.name for field in FIELDS}
 
 
-@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
 def test_the_table_lists_sdk_fields_and_refuses_the_others(endpoint: Endpoint) -> None:
     listed = {f.name for f in FIELDS if endpoint in f.endpoints}
     extensions = {f.name for f in FIELDS if f.extension}
-    inputs = {"messages", "prompt"}
+    inputs = {"messages", "prompt", "input"}
     assert listed - extensions - inputs <= SDK_FIELDS[endpoint]
     for name in sorted(SDK_FIELDS[endpoint] - listed - inputs):
         error = refusal(line(endpoint, **{name: ASKING.get(name, "anything")}))
@@ -115,7 +126,7 @@ def test_the_table_lists_sdk_fields_and_refuses_the_others(endpoint: Endpoint) -
 
 @pytest.mark.parametrize("field", FIELDS, ids=lambda f: f.name)
 def test_the_parser_does_what_the_table_says(field: Any) -> None:
-    for endpoint in ("chat", "completions"):
+    for endpoint in ENDPOINTS:
         request = line(endpoint, **{field.name: ASKING[field.name]})
         if body_field(field.name, endpoint) is None:
             assert refusal(request).param == field.name
@@ -160,7 +171,9 @@ def admitted(engine: Engine, sampling: SamplingParams) -> RequestError | None:
     return RequestError(ErrorCode(error.code), error.message, param=error.param)
 
 
-ENGINE_FIELDS = {f.name: f for f in FIELDS if f.treatment == "engine"}
+#: the engine fields of the generation endpoints (dimensions: tests/unit/worker/engines/
+#: test_embed.py)
+ENGINE_FIELDS = {f.name: f for f in FIELDS if f.treatment == "engine" and f.endpoints & BOTH}
 SAMPLING: dict[str, dict[str, Any]] = {
     "temperature": {"temperature": 0.5},
     "top_p": {"top_p": 0.5},

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x62\x61tchpipe/v1/inference.proto\x12\x0c\x62\x61tchpipe.v1\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"4\n\x08Messages\x12(\n\x05items\x18\x01 \x03(\x0b\x32\x19.batchpipe.v1.ChatMessage\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\\\n\x0eResponseFormat\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06schema\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x13\n\x06strict\x18\x04 \x01(\x08H\x00\x88\x01\x01\x42\t\n\x07_strict\"\x87\x04\n\x0eSamplingParams\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x12\n\x05top_k\x18\x04 \x01(\x05H\x03\x88\x01\x01\x12\x11\n\x04seed\x18\x05 \x01(\x03H\x04\x88\x01\x01\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x1d\n\x10presence_penalty\x18\x07 \x01(\x01H\x05\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x08 \x01(\x01H\x06\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\t \x01(\x01H\x07\x88\x01\x01\x12\x0e\n\x01n\x18\n \x01(\x05H\x08\x88\x01\x01\x12\x15\n\x08logprobs\x18\x0b \x01(\x08H\t\x88\x01\x01\x12\x19\n\x0ctop_logprobs\x18\x0c \x01(\x05H\n\x88\x01\x01\x12\x35\n\x0fresponse_format\x18\r \x01(\x0b\x32\x1c.batchpipe.v1.ResponseFormatB\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x07\n\x05_seedB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penaltyB\x15\n\x13_repetition_penaltyB\x04\n\x02_nB\x0b\n\t_logprobsB\x0f\n\r_top_logprobs\"\x8b\x04\n\x10InferenceRequest\x12\x11\n\tcustom_id\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\t\x12\x13\n\x0b\x62\x61tch_total\x18\x03 \x01(\x05\x12\r\n\x05model\x18\x04 \x01(\t\x12*\n\x08messages\x18\x05 \x01(\x0b\x32\x16.batchpipe.v1.MessagesH\x00\x12\x10\n\x06prompt\x18\x06 \x01(\tH\x00\x12\x32\n\x10prompt_token_ids\x18\x07 \x01(\x0b\x32\x16.batchpipe.v1.TokenIdsH\x00\x12.\n\x08sampling\x18\x08 \x01(\x0b\x32\x1c.batchpipe.v1.SamplingParams\x12\x1c\n\x0f\x65nable_thinking\x18\t \x01(\x08H\x01\x88\x01\x01\x12>\n\x08metadata\x18\n \x03(\x0b\x32,.batchpipe.v1.InferenceRequest.MetadataEntry\x12\x10\n\x08priority\x18\x0b \x01(\x05\x12\x15\n\x08\x64\x65\x61\x64line\x18\x0c \x01(\x01H\x02\x88\x01\x01\x12\x19\n\x0csubmitted_at\x18\r \x01(\x01H\x03\x88\x01\x01\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05inputB\x12\n\x10_enable_thinkingB\x0b\n\t_deadlineB\x0f\n\r_submitted_at\"`\n\x0cTokenLogprob\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0f\n\x07logprob\x18\x02 \x01(\x01\x12\x30\n\x0ctop_logprobs\x18\x03 \x03(\x0b\x32\x1a.batchpipe.v1.TokenLogprob\"7\n\x08Logprobs\x12+\n\x07\x63ontent\x18\x01 \x03(\x0b\x32\x1a.batchpipe.v1.TokenLogprob\"s\n\x06\x43hoice\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x31\n\rfinish_reason\x18\x02 \x01(\x0e\x32\x1a.batchpipe.v1.FinishReason\x12(\n\x08logprobs\x18\x03 \x01(\x0b\x32\x16.batchpipe.v1.Logprobs\"S\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x18\n\x10reasoning_tokens\x18\x03 \x01(\x05\"5\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05param\x18\x03 \x01(\t\"C\n\x07Timings\x12\x10\n\x08queued_s\x18\x01 \x01(\x01\x12\x14\n\x0c\x62\x61tch_wait_s\x18\x02 \x01(\x01\x12\x10\n\x08\x65ngine_s\x18\x03 \x01(\x01\"\xdd\x04\n\x0fInferenceResult\x12\x11\n\tcustom_id\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\t\x12\x13\n\x0b\x62\x61tch_total\x18\x03 \x01(\x05\x12=\n\x08metadata\x18\x04 \x03(\x0b\x32+.batchpipe.v1.InferenceResult.MetadataEntry\x12$\n\x06status\x18\x05 \x01(\x0e\x32\x14.batchpipe.v1.Status\x12\x0c\n\x04text\x18\x06 \x01(\t\x12\x31\n\rfinish_reason\x18\x07 \x01(\x0e\x32\x1a.batchpipe.v1.FinishReason\x12\"\n\x05usage\x18\x08 \x01(\x0b\x32\x13.batchpipe.v1.Usage\x12\"\n\x05\x65rror\x18\t \x01(\x0b\x32\x13.batchpipe.v1.Error\x12&\n\x07timings\x18\n \x01(\x0b\x32\x15.batchpipe.v1.Timings\x12\x12\n\nbatch_size\x18\x0b \x01(\x05\x12\r\n\x05model\x18\x0c \x01(\t\x12\x11\n\tworker_id\x18\r \x01(\t\x12\x12\n\ncreated_at\x18\x0e \x01(\x01\x12(\n\x08\x65ndpoint\x18\x0f \x01(\x0e\x32\x16.batchpipe.v1.Endpoint\x12(\n\x08logprobs\x18\x10 \x01(\x0b\x32\x16.batchpipe.v1.Logprobs\x12+\n\rextra_choices\x18\x11 \x03(\x0b\x32\x14.batchpipe.v1.Choice\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*]\n\x08\x45ndpoint\x12\x18\n\x14\x45NDPOINT_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x45NDPOINT_CHAT_COMPLETIONS\x10\x01\x12\x18\n\x14\x45NDPOINT_COMPLETIONS\x10\x02*I\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x14\n\x10STATUS_COMPLETED\x10\x01\x12\x11\n\rSTATUS_FAILED\x10\x02*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x62\x61tchpipe/v1/inference.proto\x12\x0c\x62\x61tchpipe.v1\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"4\n\x08Messages\x12(\n\x05items\x18\x01 \x03(\x0b\x32\x19.batchpipe.v1.ChatMessage\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\" \n\x0f\x45mbeddingInputs\x12\r\n\x05texts\x18\x01 \x03(\t\"\\\n\x0eResponseFormat\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06schema\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x13\n\x06strict\x18\x04 \x01(\x08H\x00\x88\x01\x01\x42\t\n\x07_strict\"\x87\x04\n\x0eSamplingParams\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x12\n\x05top_k\x18\x04 \x01(\x05H\x03\x88\x01\x01\x12\x11\n\x04seed\x18\x05 \x01(\x03H\x04\x88\x01\x01\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x1d\n\x10presence_penalty\x18\x07 \x01(\x01H\x05\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x08 \x01(\x01H\x06\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\t \x01(\x01H\x07\x88\x01\x01\x12\x0e\n\x01n\x18\n \x01(\x05H\x08\x88\x01\x01\x12\x15\n\x08logprobs\x18\x0b \x01(\x08H\t\x88\x01\x01\x12\x19\n\x0ctop_logprobs\x18\x0c \x01(\x05H\n\x88\x01\x01\x12\x35\n\x0fresponse_format\x18\r \x01(\x0b\x32\x1c.batchpipe.v1.ResponseFormatB\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x07\n\x05_seedB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penaltyB\x15\n\x13_repetition_penaltyB\x04\n\x02_nB\x0b\n\t_logprobsB\x0f\n\r_top_logprobs\"\xa5\x05\n\x10InferenceRequest\x12\x11\n\tcustom_id\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\t\x12\x13\n\x0b\x62\x61tch_total\x18\x03 \x01(\x05\x12\r\n\x05model\x18\x04 \x01(\t\x12*\n\x08messages\x18\x05 \x01(\x0b\x32\x16.batchpipe.v1.MessagesH\x00\x12\x10\n\x06prompt\x18\x06 \x01(\tH\x00\x12\x32\n\x10prompt_token_ids\x18\x07 \x01(\x0b\x32\x16.batchpipe.v1.TokenIdsH\x00\x12\x39\n\x10\x65mbedding_inputs\x18\x0e \x01(\x0b\x32\x1d.batchpipe.v1.EmbeddingInputsH\x00\x12.\n\x08sampling\x18\x08 \x01(\x0b\x32\x1c.batchpipe.v1.SamplingParams\x12\x1c\n\x0f\x65nable_thinking\x18\t \x01(\x08H\x01\x88\x01\x01\x12>\n\x08metadata\x18\n \x03(\x0b\x32,.batchpipe.v1.InferenceRequest.MetadataEntry\x12\x10\n\x08priority\x18\x0b \x01(\x05\x12\x15\n\x08\x64\x65\x61\x64line\x18\x0c \x01(\x01H\x02\x88\x01\x01\x12\x19\n\x0csubmitted_at\x18\r \x01(\x01H\x03\x88\x01\x01\x12\x35\n\x0f\x65ncoding_format\x18\x0f \x01(\x0e\x32\x1c.batchpipe.v1.EncodingFormat\x12\x17\n\ndimensions\x18\x10 \x01(\x05H\x04\x88\x01\x01\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05inputB\x12\n\x10_enable_thinkingB\x0b\n\t_deadlineB\x0f\n\r_submitted_atB\r\n\x0b_dimensions\"`\n\x0cTokenLogprob\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0f\n\x07logprob\x18\x02 \x01(\x01\x12\x30\n\x0ctop_logprobs\x18\x03 \x03(\x0b\x32\x1a.batchpipe.v1.TokenLogprob\"7\n\x08Logprobs\x12+\n\x07\x63ontent\x18\x01 \x03(\x0b\x32\x1a.batchpipe.v1.TokenLogprob\"s\n\x06\x43hoice\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x31\n\rfinish_reason\x18\x02 \x01(\x0e\x32\x1a.batchpipe.v1.FinishReason\x12(\n\x08logprobs\x18\x03 \x01(\x0b\x32\x16.batchpipe.v1.Logprobs\"\x1b\n\tEmbedding\x12\x0e\n\x06values\x18\x01 \x03(\x02\"S\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x18\n\x10reasoning_tokens\x18\x03 \x01(\x05\"5\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05param\x18\x03 \x01(\t\"C\n\x07Timings\x12\x10\n\x08queued_s\x18\x01 \x01(\x01\x12\x14\n\x0c\x62\x61tch_wait_s\x18\x02 \x01(\x01\x12\x10\n\x08\x65ngine_s\x18\x03 \x01(\x01\"\xc1\x05\n\x0fInferenceResult\x12\x11\n\tcustom_id\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\t\x12\x13\n\x0b\x62\x61tch_total\x18\x03 \x01(\x05\x12=\n\x08metadata\x18\x04 \x03(\x0b\x32+.batchpipe.v1.InferenceResult.MetadataEntry\x12$\n\x06status\x18\x05 \x01(\x0e\x32\x14.batchpipe.v1.Status\x12\x0c\n\x04text\x18\x06 \x01(\t\x12\x31\n\rfinish_reason\x18\x07 \x01(\x0e\x32\x1a.batchpipe.v1.FinishReason\x12\"\n\x05usage\x18\x08 \x01(\x0b\x32\x13.batchpipe.v1.Usage\x12\"\n\x05\x65rror\x18\t \x01(\x0b\x32\x13.batchpipe.v1.Error\x12&\n\x07timings\x18\n \x01(\x0b\x32\x15.batchpipe.v1.Timings\x12\x12\n\nbatch_size\x18\x0b \x01(\x05\x12\r\n\x05model\x18\x0c \x01(\t\x12\x11\n\tworker_id\x18\r \x01(\t\x12\x12\n\ncreated_at\x18\x0e \x01(\x01\x12(\n\x08\x65ndpoint\x18\x0f \x01(\x0e\x32\x16.batchpipe.v1.Endpoint\x12(\n\x08logprobs\x18\x10 \x01(\x0b\x32\x16.batchpipe.v1.Logprobs\x12+\n\rextra_choices\x18\x11 \x03(\x0b\x32\x14.batchpipe.v1.Choice\x12+\n\nembeddings\x18\x12 \x03(\x0b\x32\x17.batchpipe.v1.Embedding\x12\x35\n\x0f\x65ncoding_format\x18\x13 \x01(\x0e\x32\x1c.batchpipe.v1.EncodingFormat\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*h\n\x0e\x45ncodingFormat\x12\x1f\n\x1b\x45NCODING_FORMAT_UNSPECIFIED\x10\x00\x12\x19\n\x15\x45NCODING_FORMAT_FLOAT\x10\x01\x12\x1a\n\x16\x45NCODING_FORMAT_BASE64\x10\x02*v\n\x08\x45ndpoint\x12\x18\n\x14\x45NDPOINT_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x45NDPOINT_CHAT_COMPLETIONS\x10\x01\x12\x18\n\x14\x45NDPOINT_COMPLETIONS\x10\x02\x12\x17\n\x13\x45NDPOINT_EMBEDDINGS\x10\x03*I\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x14\n\x10STATUS_COMPLETED\x10\x01\x12\x11\n\rSTATUS_FAILED\x10\x02*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,40 +35,46 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INFERENCEREQUEST_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_INFERENCERESULT_METADATAENTRY']._loaded_options = None
   _globals['_INFERENCERESULT_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_ENDPOINT']._serialized_start=2402
-  _globals['_ENDPOINT']._serialized_end=2495
-  _globals['_STATUS']._serialized_start=2497
-  _globals['_STATUS']._serialized_end=2570
-  _globals['_FINISHREASON']._serialized_start=2572
-  _globals['_FINISHREASON']._serialized_end=2692
+  _globals['_ENCODINGFORMAT']._serialized_start=2719
+  _globals['_ENCODINGFORMAT']._serialized_end=2823
+  _globals['_ENDPOINT']._serialized_start=2825
+  _globals['_ENDPOINT']._serialized_end=2943
+  _globals['_STATUS']._serialized_start=2945
+  _globals['_STATUS']._serialized_end=3018
+  _globals['_FINISHREASON']._serialized_start=3020
+  _globals['_FINISHREASON']._serialized_end=3140
   _globals['_CHATMESSAGE']._serialized_start=46
   _globals['_CHATMESSAGE']._serialized_end=90
   _globals['_MESSAGES']._serialized_start=92
   _globals['_MESSAGES']._serialized_end=144
   _globals['_TOKENIDS']._serialized_start=146
   _globals['_TOKENIDS']._serialized_end=169
-  _globals['_RESPONSEFORMAT']._serialized_start=171
-  _globals['_RESPONSEFORMAT']._serialized_end=263
-  _globals['_SAMPLINGPARAMS']._serialized_start=266
-  _globals['_SAMPLINGPARAMS']._serialized_end=785
-  _globals['_INFERENCEREQUEST']._serialized_start=788
-  _globals['_INFERENCEREQUEST']._serialized_end=1311
-  _globals['_INFERENCEREQUEST_METADATAENTRY']._serialized_start=1205
-  _globals['_INFERENCEREQUEST_METADATAENTRY']._serialized_end=1252
-  _globals['_TOKENLOGPROB']._serialized_start=1313
-  _globals['_TOKENLOGPROB']._serialized_end=1409
-  _globals['_LOGPROBS']._serialized_start=1411
-  _globals['_LOGPROBS']._serialized_end=1466
-  _globals['_CHOICE']._serialized_start=1468
-  _globals['_CHOICE']._serialized_end=1583
-  _globals['_USAGE']._serialized_start=1585
-  _globals['_USAGE']._serialized_end=1668
-  _globals['_ERROR']._serialized_start=1670
-  _globals['_ERROR']._serialized_end=1723
-  _globals['_TIMINGS']._serialized_start=1725
-  _globals['_TIMINGS']._serialized_end=1792
-  _globals['_INFERENCERESULT']._serialized_start=1795
-  _globals['_INFERENCERESULT']._serialized_end=2400
-  _globals['_INFERENCERESULT_METADATAENTRY']._serialized_start=1205
-  _globals['_INFERENCERESULT_METADATAENTRY']._serialized_end=1252
+  _globals['_EMBEDDINGINPUTS']._serialized_start=171
+  _globals['_EMBEDDINGINPUTS']._serialized_end=203
+  _globals['_RESPONSEFORMAT']._serialized_start=205
+  _globals['_RESPONSEFORMAT']._serialized_end=297
+  _globals['_SAMPLINGPARAMS']._serialized_start=300
+  _globals['_SAMPLINGPARAMS']._serialized_end=819
+  _globals['_INFERENCEREQUEST']._serialized_start=822
+  _globals['_INFERENCEREQUEST']._serialized_end=1499
+  _globals['_INFERENCEREQUEST_METADATAENTRY']._serialized_start=1378
+  _globals['_INFERENCEREQUEST_METADATAENTRY']._serialized_end=1425
+  _globals['_TOKENLOGPROB']._serialized_start=1501
+  _globals['_TOKENLOGPROB']._serialized_end=1597
+  _globals['_LOGPROBS']._serialized_start=1599
+  _globals['_LOGPROBS']._serialized_end=1654
+  _globals['_CHOICE']._serialized_start=1656
+  _globals['_CHOICE']._serialized_end=1771
+  _globals['_EMBEDDING']._serialized_start=1773
+  _globals['_EMBEDDING']._serialized_end=1800
+  _globals['_USAGE']._serialized_start=1802
+  _globals['_USAGE']._serialized_end=1885
+  _globals['_ERROR']._serialized_start=1887
+  _globals['_ERROR']._serialized_end=1940
+  _globals['_TIMINGS']._serialized_start=1942
+  _globals['_TIMINGS']._serialized_end=2009
+  _globals['_INFERENCERESULT']._serialized_start=2012
+  _globals['_INFERENCERESULT']._serialized_end=2717
+  _globals['_INFERENCERESULT_METADATAENTRY']._serialized_start=1378
+  _globals['_INFERENCERESULT_METADATAENTRY']._serialized_end=1425
 # @@protoc_insertion_point(module_scope)

@@ -8,11 +8,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class EncodingFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ENCODING_FORMAT_UNSPECIFIED: _ClassVar[EncodingFormat]
+    ENCODING_FORMAT_FLOAT: _ClassVar[EncodingFormat]
+    ENCODING_FORMAT_BASE64: _ClassVar[EncodingFormat]
+
 class Endpoint(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ENDPOINT_UNSPECIFIED: _ClassVar[Endpoint]
     ENDPOINT_CHAT_COMPLETIONS: _ClassVar[Endpoint]
     ENDPOINT_COMPLETIONS: _ClassVar[Endpoint]
+    ENDPOINT_EMBEDDINGS: _ClassVar[Endpoint]
 
 class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -26,9 +33,13 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_STOP: _ClassVar[FinishReason]
     FINISH_REASON_LENGTH: _ClassVar[FinishReason]
     FINISH_REASON_ERROR: _ClassVar[FinishReason]
+ENCODING_FORMAT_UNSPECIFIED: EncodingFormat
+ENCODING_FORMAT_FLOAT: EncodingFormat
+ENCODING_FORMAT_BASE64: EncodingFormat
 ENDPOINT_UNSPECIFIED: Endpoint
 ENDPOINT_CHAT_COMPLETIONS: Endpoint
 ENDPOINT_COMPLETIONS: Endpoint
+ENDPOINT_EMBEDDINGS: Endpoint
 STATUS_UNSPECIFIED: Status
 STATUS_COMPLETED: Status
 STATUS_FAILED: Status
@@ -56,6 +67,12 @@ class TokenIds(_message.Message):
     IDS_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class EmbeddingInputs(_message.Message):
+    __slots__ = ("texts",)
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    texts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, texts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ResponseFormat(_message.Message):
     __slots__ = ("type", "schema", "name", "strict")
@@ -100,7 +117,7 @@ class SamplingParams(_message.Message):
     def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., n: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ...) -> None: ...
 
 class InferenceRequest(_message.Message):
-    __slots__ = ("custom_id", "batch_id", "batch_total", "model", "messages", "prompt", "prompt_token_ids", "sampling", "enable_thinking", "metadata", "priority", "deadline", "submitted_at")
+    __slots__ = ("custom_id", "batch_id", "batch_total", "model", "messages", "prompt", "prompt_token_ids", "embedding_inputs", "sampling", "enable_thinking", "metadata", "priority", "deadline", "submitted_at", "encoding_format", "dimensions")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -115,12 +132,15 @@ class InferenceRequest(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_INPUTS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     ENABLE_THINKING_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     custom_id: str
     batch_id: str
     batch_total: int
@@ -128,13 +148,16 @@ class InferenceRequest(_message.Message):
     messages: Messages
     prompt: str
     prompt_token_ids: TokenIds
+    embedding_inputs: EmbeddingInputs
     sampling: SamplingParams
     enable_thinking: bool
     metadata: _containers.ScalarMap[str, str]
     priority: int
     deadline: float
     submitted_at: float
-    def __init__(self, custom_id: _Optional[str] = ..., batch_id: _Optional[str] = ..., batch_total: _Optional[int] = ..., model: _Optional[str] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., enable_thinking: _Optional[bool] = ..., metadata: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., deadline: _Optional[float] = ..., submitted_at: _Optional[float] = ...) -> None: ...
+    encoding_format: EncodingFormat
+    dimensions: int
+    def __init__(self, custom_id: _Optional[str] = ..., batch_id: _Optional[str] = ..., batch_total: _Optional[int] = ..., model: _Optional[str] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., embedding_inputs: _Optional[_Union[EmbeddingInputs, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., enable_thinking: _Optional[bool] = ..., metadata: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., deadline: _Optional[float] = ..., submitted_at: _Optional[float] = ..., encoding_format: _Optional[_Union[EncodingFormat, str]] = ..., dimensions: _Optional[int] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ("token", "logprob", "top_logprobs")
@@ -161,6 +184,12 @@ class Choice(_message.Message):
     finish_reason: FinishReason
     logprobs: Logprobs
     def __init__(self, text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., logprobs: _Optional[_Union[Logprobs, _Mapping]] = ...) -> None: ...
+
+class Embedding(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("prompt_tokens", "completion_tokens", "reasoning_tokens")
@@ -193,7 +222,7 @@ class Timings(_message.Message):
     def __init__(self, queued_s: _Optional[float] = ..., batch_wait_s: _Optional[float] = ..., engine_s: _Optional[float] = ...) -> None: ...
 
 class InferenceResult(_message.Message):
-    __slots__ = ("custom_id", "batch_id", "batch_total", "metadata", "status", "text", "finish_reason", "usage", "error", "timings", "batch_size", "model", "worker_id", "created_at", "endpoint", "logprobs", "extra_choices")
+    __slots__ = ("custom_id", "batch_id", "batch_total", "metadata", "status", "text", "finish_reason", "usage", "error", "timings", "batch_size", "model", "worker_id", "created_at", "endpoint", "logprobs", "extra_choices", "embeddings", "encoding_format")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -218,6 +247,8 @@ class InferenceResult(_message.Message):
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     EXTRA_CHOICES_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FORMAT_FIELD_NUMBER: _ClassVar[int]
     custom_id: str
     batch_id: str
     batch_total: int
@@ -235,4 +266,6 @@ class InferenceResult(_message.Message):
     endpoint: Endpoint
     logprobs: Logprobs
     extra_choices: _containers.RepeatedCompositeFieldContainer[Choice]
-    def __init__(self, custom_id: _Optional[str] = ..., batch_id: _Optional[str] = ..., batch_total: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[Status, str]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., batch_size: _Optional[int] = ..., model: _Optional[str] = ..., worker_id: _Optional[str] = ..., created_at: _Optional[float] = ..., endpoint: _Optional[_Union[Endpoint, str]] = ..., logprobs: _Optional[_Union[Logprobs, _Mapping]] = ..., extra_choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ...) -> None: ...
+    embeddings: _containers.RepeatedCompositeFieldContainer[Embedding]
+    encoding_format: EncodingFormat
+    def __init__(self, custom_id: _Optional[str] = ..., batch_id: _Optional[str] = ..., batch_total: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[Status, str]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., batch_size: _Optional[int] = ..., model: _Optional[str] = ..., worker_id: _Optional[str] = ..., created_at: _Optional[float] = ..., endpoint: _Optional[_Union[Endpoint, str]] = ..., logprobs: _Optional[_Union[Logprobs, _Mapping]] = ..., extra_choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ..., embeddings: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., encoding_format: _Optional[_Union[EncodingFormat, str]] = ...) -> None: ...

@@ -1,0 +1,1 @@
+"""Embedding engines (``engine.task: embed``): ``/v1/embeddings`` requests, no generation."""
