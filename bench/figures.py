@@ -162,6 +162,27 @@ def structured_headline(r: Result) -> str:
     )
 
 
+def embeddings_short(r: Result) -> str:
+    e = r["engines"]["vllm"]
+    return (
+        f"vLLM pooling: **{x(e['batchpipe_vs_one'])}** embeddings/s through the worker vs one "
+        f"at a time ({x(e['batched_direct_vs_one'])} fed directly)"
+    )
+
+
+def embeddings_headline(r: Result) -> str:
+    parts = []
+    for kind, e in r["engines"].items():
+        m = e["modes"]
+        parts.append(
+            f"{kind}: one at a time {m['one_at_a_time']['embeddings_per_s']}, batched "
+            f"{m['batched_direct']['embeddings_per_s']} ({x(e['batched_direct_vs_one'])}), "
+            f"batchpipe {m['batchpipe']['embeddings_per_s']} ({x(e['batchpipe_vs_one'])}) "
+            "embeddings/s"
+        )
+    return "; ".join(parts)
+
+
 README_ROWS: tuple[tuple[str, str, Describe], ...] = (
     ("batching vs one request at a time, SmolLM2 on CPU", "realtime", realtime_short),
     ("batchpipe vs the same engine fed directly, no Kafka", "realtime", ideal_short),
@@ -174,6 +195,11 @@ README_ROWS: tuple[tuple[str, str, Describe], ...] = (
     ("OpenAI API upload + create vs `batchpipe submit`, same file", "api", api_short),
     ("in flight vs one static batch at a time, through the worker", "inflight", inflight_short),
     ("structured outputs (xgrammar), SmolLM2 on CPU", "structured", structured_short),
+    (
+        "embeddings batched vs one at a time, all-MiniLM-L6-v2 on CPU",
+        "embeddings",
+        embeddings_short,
+    ),
 )
 
 
@@ -460,6 +486,17 @@ BENCHES: tuple[Bench, ...] = (
             f"{r['batch_size']}, max_tokens {r['max_tokens']}, greedy"
         ),
         structured_headline,
+    ),
+    Bench(
+        "embeddings.py",
+        "embeddings",
+        "python -m bench.embeddings",
+        "/v1/embeddings requests one at a time vs batched (directly, and through the worker)",
+        lambda r: (
+            f"{r['model']}, {r['requests']} requests ({r['workload']}), batches of "
+            f"{r['batch_size']}"
+        ),
+        embeddings_headline,
     ),
     Bench(
         "gpu_check.sh",

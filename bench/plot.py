@@ -233,6 +233,27 @@ def vllm_direct(result: Result, axes: list[Axes]) -> None:
     )
 
 
+def embeddings(result: Result, axes: list[Axes]) -> None:
+    engines = result["engines"]
+    modes = ("one_at_a_time", "batched_direct", "batchpipe")
+    width = 0.8 / len(modes)
+    for i, mode in enumerate(modes):
+        xs = [j + (i - 1) * width for j in range(len(engines))]
+        rates = [e["modes"][mode]["embeddings_per_s"] for e in engines.values()]
+        axes[0].bar(xs, rates, width, label=mode.replace("_", " "))
+    axes[0].set_xticks(range(len(engines)), list(engines))
+    axes[0].set_ylabel("embeddings/s")
+    axes[0].set_title(f"{result['model']}, {result['requests']} texts", fontsize=10)
+    axes[0].legend(fontsize=7)
+    _bars(
+        axes[1],
+        [f"{kind} {what}" for kind in engines for what in ("direct", "batchpipe")],
+        [e[key] for e in engines.values() for key in ("batched_direct_vs_one", "batchpipe_vs_one")],
+        "batched vs one at a time",
+        "ratio",
+    )
+
+
 CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
     "overhead": overhead,
     "realtime": realtime,
@@ -244,6 +265,7 @@ CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
     "inflight": inflight,
     "vllm_direct": vllm_direct,
     "structured": structured,
+    "embeddings": embeddings,
 }
 
 

@@ -35,6 +35,7 @@ BENCHMARKS = (
     "api",
     "inflight",
     "structured",
+    "embeddings",
 )
 
 
