@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.embedding_reference import cosine, reference_vectors
+from tests.openai_sdk import CreateEmbeddingResponse, sdk_line
 from worker.config import BatchingConfig, EngineConfig, GenerationConfig
 from worker.engines.base import Completion, Engine, EngineInput
 from worker.engines.echo import EchoEngine
@@ -23,8 +24,9 @@ from worker.engines.embed.recipe import Recipe, read_recipe
 from worker.engines.models import EMBEDDING_MODEL, locate_model
 from worker.errors import ErrorCode, ModelLoadError
 from worker.intake import Intake, Rejection
-from worker.jobs import Identity, Job, Source
-from worker.wire.codec import CodecLimits, encode_request
+from worker.jobs import Identity, Job, Source, completed
+from worker.wire.answers import format_output_line
+from worker.wire.codec import CodecLimits, decode_result, encode_request, encode_result
 from worker.wire.messages import ChatMessage, InferenceRequest
 
 ids = itertools.count()
@@ -121,6 +123,26 @@ def test_run_batch_gives_each_request_its_vectors_in_order(embedder: CountingEmb
         ("k1", ((2.0, 3.0), (1.0, 3.0)), 3),
         ("k2", ((1.0, 4.0),), 1),
     ]
+
+
+def test_a_completion_becomes_an_embedding_response_line(embedder: CountingEmbedder) -> None:
+    job: Job = take(embedder, texts("ab", "c", encoding_format="base64")).payload
+    done: list[Completion] = []
+    embedder.run_batch([job.engine_input], done.append)
+    result = completed(
+        job,
+        done[0],
+        identity=Identity("w", "counting"),
+        batch_size=1,
+        dispatched_at=0.0,
+        finished_at=0.0,
+    )
+    line = format_output_line(decode_result(*encode_result(result)))
+    assert isinstance(line["response"]["body"]["data"][0]["embedding"], str)  # base64
+    body = sdk_line(line)
+    assert isinstance(body, CreateEmbeddingResponse)
+    assert [e.embedding for e in body.data] == [[4.0, 708.0], [3.0, 612.0]]
+    assert (body.usage.prompt_tokens, body.model) == (7, "counting")
 
 
 def test_mean_pooling_ignores_padding_and_normalises() -> None:
