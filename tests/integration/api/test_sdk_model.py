@@ -1,5 +1,6 @@
-"""The official ``openai`` SDK against ``batchpipe serve`` and a worker running the
-default real model (SmolLM2-135M-Instruct on CPU): a few short requests."""
+"""The official ``openai`` SDK against ``batchpipe serve`` and a worker running a real
+model on CPU: the default SmolLM2-135M-Instruct (a few short chat requests), and the
+embedding model all-MiniLM-L6-v2 (an embeddings batch)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 from tests.integration.api.conftest import Serve, sdk
 from tests.integration.api.test_sdk_echo import lines_of, wait_for
 from tests.integration.harness import running_worker
-from tests.openai_sdk import ChatCompletion, sdk_parse
+from tests.openai_sdk import ChatCompletion, CreateEmbeddingResponse, sdk_line, sdk_parse
 from worker.config import Config, EngineConfig
+from worker.engines.models import EMBEDDING_MODEL
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 
@@ -54,3 +56,39 @@ def test_sdk_batch_on_the_default_model(api_config: Config, serve: Serve, tmp_pa
             body = sdk_parse(ChatCompletion, line["response"]["body"])  # type: ignore[index]
             assert body.choices[0].message.content
             assert body.usage is not None and 0 < body.usage.completion_tokens <= 8
+
+
+def test_sdk_embeddings_batch_on_minilm(api_config: Config, serve: Serve, tmp_path: Path) -> None:
+    """A /v1/embeddings batch through the API, answered by an hf embedding worker: the
+    output file's bodies read as the SDK's CreateEmbeddingResponse, float and base64."""
+    engine = EngineConfig(model=EMBEDDING_MODEL, task="embed", device="cpu")
+    config = replace(api_config, engine=engine)
+    source = tmp_path / "embeddings.jsonl"
+    source.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "custom_id": f"e{i}",
+                    "method": "POST",
+                    "url": "/v1/embeddings",
+                    "body": {"model": EMBEDDING_MODEL, "input": text, "encoding_format": fmt},
+                }
+            )
+            + "\n"
+            for i, (text, fmt) in enumerate([("first text", "float"), (["a", "b"], "base64")])
+        )
+    )
+    with serve(config) as server, running_worker(config):
+        client = sdk(server)
+        file = client.files.create(file=source.open("rb"), purpose="batch")
+        batch = client.batches.create(
+            input_file_id=file.id, endpoint="/v1/embeddings", completion_window="24h"
+        )
+        done = wait_for(client, batch.id, {"completed", "failed", "cancelled", "expired"}, 600)
+        assert done.status == "completed"
+        output = {str(line["custom_id"]): line for line in lines_of(client, done.output_file_id)}
+    assert sorted(output) == ["e0", "e1"]
+    for custom_id, count in (("e0", 1), ("e1", 2)):
+        body = sdk_line(output[custom_id])
+        assert isinstance(body, CreateEmbeddingResponse)
+        assert [len(item.embedding) for item in body.data] == [384] * count
