@@ -128,11 +128,17 @@ def api_headline(r: Result) -> str:
     )
 
 
+def _static_feed(e: Result) -> str:
+    """What an engine's static arm is, in a few words."""
+    return "padded static batches" if "step_model" in e else "one batch at a time"
+
+
 def inflight_short(r: Result) -> str:
     parts = [
-        f"{name}: **{x(e['ratio_tokens_per_s'])}** generated tokens/s with length-aware "
-        f"formation, {x(e['ratio_tokens_per_s_fifo'])} with FIFO ({e['requests']} requests, "
-        f"batch {e['max_batch_size']}, max_tokens {e['max_tokens'][0]}–{e['max_tokens'][1]})"
+        f"{name} vs {_static_feed(e)}: **{x(e['ratio_tokens_per_s'])}** generated tokens/s "
+        f"with length-aware formation, {x(e['ratio_tokens_per_s_fifo'])} with FIFO "
+        f"({e['requests']} requests, batch {e['max_batch_size']}, max_tokens "
+        f"{e['max_tokens'][0]}–{e['max_tokens'][1]})"
         for name, e in r["engines"].items()
     ]
     rss = r.get("rss")
@@ -193,7 +199,7 @@ README_ROWS: tuple[tuple[str, str, Describe], ...] = (
     ("worker pipeline with the echo engine, default settings", "overhead", overhead_short),
     ("batch formation on a backlog, echo engine", "batcher_echo", batcher_echo_short),
     ("OpenAI API upload + create vs `batchpipe submit`, same file", "api", api_short),
-    ("in flight vs one static batch at a time, through the worker", "inflight", inflight_short),
+    ("in flight vs static batches, through the worker", "inflight", inflight_short),
     ("structured outputs (xgrammar), SmolLM2 on CPU", "structured", structured_short),
     (
         "embeddings batched vs one at a time, all-MiniLM-L6-v2 on CPU",
@@ -319,10 +325,18 @@ def inflight_headline(r: Result) -> str:
             f"{m['e2e_p50_s']}/{m['e2e_p99_s']} s, slots idle {m['slot_idle_fraction']:.0%}"
             for mode, m in e["modes"].items()
         )
+        bound = e.get("in_flight_bound")
+        best = (
+            f"; in flight at best {n(bound['tokens_per_s'])} tok/s, slots idle "
+            f"{bound['slot_idle_fraction']:.0%} (the step model with an instant feeder: the "
+            "drain at the end)"
+            if bound
+            else ""
+        )
         parts.append(
             f"{name}: in flight / static = {x(e['ratio_requests_per_s'])} requests/s, "
             f"{x(e['ratio_tokens_per_s'])} tokens/s ({x(e['ratio_tokens_per_s_fifo'])} with FIFO "
-            f"formation; {modes})"
+            f"formation; {modes}{best})"
         )
     rss = r.get("rss")
     if rss:
@@ -346,7 +360,8 @@ def inflight_setup(r: Result) -> str:
             else f"model {e['model']}, prompts {e['prompt_words'][0]}–{e['prompt_words'][1]} words"
         )
         parts.append(
-            f"{name} ({shape}), {e['requests']} requests, batch {e['max_batch_size']}, "
+            f"{name} ({shape}; static: {e.get('static_feed', 'one batch at a time')}), "
+            f"{e['requests']} requests, batch {e['max_batch_size']}, "
             f"max_tokens {e['max_tokens'][0]}–{e['max_tokens'][1]}"
         )
     return "; ".join(parts)
@@ -471,8 +486,9 @@ BENCHES: tuple[Bench, ...] = (
         "inflight.py",
         "inflight",
         "python -m bench.inflight",
-        "the same requests through the worker to one in-flight engine, fed one static batch at a "
-        "time vs in flight; the worker's RSS under a backlog in flight",
+        "the same requests through the worker, static batches vs in flight (echo: padded "
+        "batches, every row kept until the longest ends; vllm: the engine fed one batch at a "
+        "time); the worker's RSS under a backlog in flight",
         inflight_setup,
         inflight_headline,
     ),

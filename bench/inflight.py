@@ -1,31 +1,43 @@
-"""In flight vs one static batch at a time: the same requests through the worker.
+"""In flight vs static batches: the same requests through the worker, side by side.
 
-One in-flight engine, loaded once, is fed the same seeded requests two ways, each through
-a full worker on the embedded broker (decode, batcher, engine, encode, produce, commit),
-one after the other in one run:
+The same seeded requests go through a full worker on the embedded broker (decode, batcher,
+engine, encode, produce, commit) to the same engine's step-time, fed two ways, one after
+the other in one run:
 
-* (i) ``static``: one batch at a time (:class:`OneBatchAtATime`): the worker's static
-  stage hands over up to ``max_batch_size`` requests and forms the next batch only when
-  the last of them finished — the engine retires finished sequences, but nothing joins;
+* (i) ``static``: one batch at a time — the worker's static stage hands over up to
+  ``max_batch_size`` requests and forms the next batch only when the last of them
+  finished;
 * (ii) ``in_flight``: the worker's in-flight stage submits a request whenever a sequence
   slot frees, up to ``max_batch_size`` in flight.
 
 Engines:
 
-* ``echo`` (always): the in-flight echo engine as a GPU-shaped step-time model — every
-  decoding step makes one token for each running sequence and costs ``a + b × running``
-  (:data:`STEP_S`, :data:`PER_SEQ_S`: an assumed shape, not a measured GPU), batch 64,
-  ``max_tokens`` 16–512, each request generating exactly its ``max_tokens``;
-* ``vllm`` (``--engine vllm``, once ``engine.kind: vllm`` exists): the default model on
-  the CPU, ≥ 192 chat requests, prompts 10–600 words, ``max_tokens`` 8–256, greedy.
+* ``echo`` (always): a GPU-shaped step-time model, every decoding step making one token
+  for each sequence in it and costing ``a + b × sequences in the step`` (:data:`STEP_S`,
+  :data:`PER_SEQ_S`: an assumed shape, not a measured GPU), batch 64, ``max_tokens``
+  16–512, each request generating exactly its ``max_tokens``. (ii) is
+  :class:`EchoInFlightEngine`: a step holds the sequences still running. (i) is the static
+  :class:`EchoEngine` with the same ``a`` and ``b``: static batching as HF ``generate``,
+  padded batches or TensorRT-LLM's static batching do it — every row of a batch stays in
+  every step until the longest row ends, so each of its ``max(max_tokens)`` steps costs
+  ``a + b × rows in the batch``. 1024 requests: a finite job ends with a drain (the last
+  requests finishing one by one, slots emptying), a smaller share of a longer run.
+* ``vllm`` (``--engine vllm``): the default model on the CPU, ≥ 192 chat requests,
+  prompts 10–600 words, ``max_tokens`` 8–256, greedy. (i) is the vLLM engine itself fed one
+  batch at a time (:class:`OneBatchAtATime`): its finished sequences leave the batch, but
+  nothing joins it.
 
 Both run twice: with the default formation (length-aware + shared prefix: a static batch
 takes requests of similar length, which shortens its tail) and with FIFO formation
-(``*_fifo``). Per mode: requests/s, generated tokens/s, end-to-end P50/P99 (all requests
-published at once, as an offline job, until the reader received each answer), and how
-idle the engine was, from the results' own timings: ``engine_idle_fraction`` (share of
-the run with no request on the engine) and ``slot_idle_fraction`` (share of the
-``max_batch_size`` sequence slots not running a request, time-averaged: the static tail).
+(``*_fifo``), the arms alternating (static, in flight, static FIFO, in flight FIFO). Per
+mode: requests/s, generated tokens/s, end-to-end P50/P99 (all requests published at once,
+as an offline job, until the reader received each answer), and how idle the engine was,
+from the results' own timings: ``engine_idle_fraction`` (share of the run with no request
+on the engine) and ``slot_idle_fraction`` (share of the ``max_batch_size`` sequence slots
+not running an unfinished request, time-averaged: a padded row that has finished counts as
+idle). For echo, ``in_flight_bound`` is the step model alone with an instant feeder (every
+freed slot refilled before the next step, requests in arrival order, no Kafka): the best
+(ii) can reach on this workload; its idle slots are the drain's.
 
 Last, the RSS check: a worker process with the in-flight echo engine under a 10,000-request
 backlog; its resident memory, sampled while the backlog drains, stays flat because
@@ -70,6 +82,7 @@ from worker.engines.base import (
     OnComplete,
     StaticEngine,
 )
+from worker.engines.echo import EchoEngine
 from worker.engines.echo_inflight import EchoInFlightEngine
 from worker.engines.factory import create_engine
 from worker.kafka.broker import EmbeddedBroker
@@ -80,15 +93,15 @@ PER_SEQ_S = 0.00005  # b: what each running sequence adds to a step
 WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "batches")
 #: per engine: requests, batch size, max_tokens range, prompt length range (words)
 WORKLOADS: dict[str, dict[str, Any]] = {
-    "echo": {"requests": 512, "batch": 64, "max_tokens": (16, 512)},
+    "echo": {"requests": 1024, "batch": 64, "max_tokens": (16, 512)},
     "vllm": {"requests": 192, "batch": 32, "max_tokens": (8, 256), "prompt_words": (10, 600)},
 }
 RSS_REQUESTS = 10_000
 
 
 class OneBatchAtATime(StaticEngine):
-    """An in-flight engine fed as a static one: ``run_batch`` submits every input and
-    returns when the last one completed, so nothing joins a batch while it runs.
+    """An in-flight engine fed as a static one (vllm's arm (i)): ``run_batch`` submits
+    every input and returns when the last one completed, so nothing joins a batch while it runs.
     ``load`` and ``close`` are left to the owner: one engine serves several runs."""
 
     def __init__(self, engine: InFlightEngine) -> None:
@@ -198,6 +211,30 @@ def idle_fractions(
     }
 
 
+def in_flight_bound(max_tokens: Sequence[int], slots: int) -> dict[str, float]:
+    """The echo step model fed by an instant feeder: each freed slot refilled before the
+    next step, requests in arrival order, no worker, no Kafka — the best the in-flight arm
+    can reach on this workload. Its idle slots are the drain's: once nothing is left to
+    start, the last requests finish one by one."""
+    pending = iter(max_tokens)
+    running: list[int] = []  # tokens left of each running sequence
+    seconds = 0.0
+    occupied = steps = 0
+    while True:
+        running += [left for _, left in zip(range(slots - len(running)), pending, strict=False)]
+        if not running:
+            break
+        seconds += STEP_S + PER_SEQ_S * len(running)
+        occupied += len(running)
+        steps += 1
+        running = [left - 1 for left in running if left > 1]
+    return {
+        "seconds": round(seconds, 2),
+        "tokens_per_s": round(sum(max_tokens) / seconds, 1),
+        "slot_idle_fraction": round(1 - occupied / (slots * steps), 3),
+    }
+
+
 def through_worker(
     broker: EmbeddedBroker, config: Config, engine: Engine, requests: Sequence[InferenceRequest]
 ) -> dict[str, Any]:
@@ -234,7 +271,8 @@ def through_worker(
 def compare(kind: str, n: int) -> dict[str, Any]:
     """(i) static and (ii) in flight with one ``kind`` engine, side by side."""
     config = replace(load_config(environ={}), batching=batching(kind))
-    engine: Engine
+    engine: InFlightEngine
+    static: StaticEngine
     if kind == "echo":
         engine = EchoInFlightEngine(
             delay_per_token_s=STEP_S,
@@ -242,13 +280,16 @@ def compare(kind: str, n: int) -> dict[str, Any]:
             max_sequences=config.batching.max_batch_size,
             max_tokens=config.batching.max_batch_tokens,
         )
+        # padded static batching: every row in every step until the batch's longest ends
+        static = EchoEngine(delay_per_token_s=STEP_S, delay_per_seq_token_s=PER_SEQ_S)
         config = replace(config, engine=replace(config.engine, kind="echo", model="echo"))
     else:
         config = load_config(sets=[f"engine.kind={kind}"], environ={})
         config = replace(config, batching=batching(kind))
-        engine = create_engine(config.engine, config.batching)
-    if not isinstance(engine, InFlightEngine):
-        raise SystemExit(f"engine {kind} is not an in-flight engine")
+        created = create_engine(config.engine, config.batching)
+        if not isinstance(created, InFlightEngine):
+            raise SystemExit(f"engine {kind} is not an in-flight engine")
+        engine, static = created, OneBatchAtATime(created)
     requests = workload(kind, n)
     started = time.monotonic()
     engine.load()
@@ -259,9 +300,9 @@ def compare(kind: str, n: int) -> dict[str, Any]:
     try:
         with EmbeddedBroker() as broker:
             modes = {
-                "static": through_worker(broker, config, OneBatchAtATime(engine), requests),
+                "static": through_worker(broker, config, static, requests),
                 "in_flight": through_worker(broker, config, Borrowed(engine), requests),
-                "static_fifo": through_worker(broker, fifo, OneBatchAtATime(engine), requests),
+                "static_fifo": through_worker(broker, fifo, static, requests),
                 "in_flight_fifo": through_worker(broker, fifo, Borrowed(engine), requests),
             }
     finally:
@@ -282,9 +323,22 @@ def compare(kind: str, n: int) -> dict[str, Any]:
         "max_tokens": list(spec["max_tokens"]),
         **({"prompt_words": list(spec["prompt_words"])} if "prompt_words" in spec else {}),
         **(
-            {"step_model": {"a_s": STEP_S, "b_s_per_sequence": PER_SEQ_S}}
+            {
+                "step_model": {"a_s": STEP_S, "b_s_per_sequence": PER_SEQ_S},
+                "static_feed": "padded batches: each of a batch's max(max_tokens) steps "
+                "costs a + b x rows in the batch",
+                "in_flight_bound": in_flight_bound(
+                    # workload() sets every max_tokens, and echo generates exactly that
+                    [r.sampling.max_tokens for r in requests if r.sampling.max_tokens],
+                    config.batching.max_batch_size,
+                ),
+            }
             if kind == "echo"
-            else {"load_seconds": round(load_s, 1)}
+            else {
+                "load_seconds": round(load_s, 1),
+                "static_feed": "one batch at a time on the in-flight engine: finished "
+                "sequences leave, nothing joins",
+            }
         ),
         "modes": modes,
         "ratio_requests_per_s": ratio("requests_per_s"),
