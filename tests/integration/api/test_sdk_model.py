@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,24 @@ from worker.config import Config, EngineConfig
 from worker.engines.models import EMBEDDING_MODEL
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
+
+
+def completed_output(
+    config: Config, serve: Serve, source: Path, endpoint: str
+) -> dict[str, dict[str, Any]]:
+    """``source`` run as a batch through the SDK and a worker: its output lines by id."""
+    with serve(config) as server, running_worker(config):
+        client = sdk(server)
+        file = client.files.create(file=source.open("rb"), purpose="batch")
+        batch = client.batches.create(
+            input_file_id=file.id,
+            endpoint=endpoint,  # type: ignore[arg-type]
+            completion_window="24h",
+        )
+        # the model loads and runs on a shared CPU
+        done = wait_for(client, batch.id, {"completed", "failed", "cancelled", "expired"}, 600)
+        assert done.status == "completed"
+        return {str(line["custom_id"]): line for line in lines_of(client, done.output_file_id)}
 
 
 def test_sdk_batch_on_the_default_model(api_config: Config, serve: Serve, tmp_path: Path) -> None:
@@ -41,21 +60,12 @@ def test_sdk_batch_on_the_default_model(api_config: Config, serve: Serve, tmp_pa
             for i, question in enumerate(["What is 2+2?", "Name a colour.", "Say hi."])
         )
     )
-    with serve(config) as server, running_worker(config):
-        client = sdk(server)
-        file = client.files.create(file=source.open("rb"), purpose="batch")
-        batch = client.batches.create(
-            input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
-        )
-        # the model loads and generates on a shared CPU
-        done = wait_for(client, batch.id, {"completed", "failed", "cancelled", "expired"}, 600)
-        assert done.status == "completed"
-        output = lines_of(client, done.output_file_id)
-        assert sorted(line["custom_id"] for line in output) == ["q0", "q1", "q2"]  # type: ignore[type-var]
-        for line in output:
-            body = sdk_parse(ChatCompletion, line["response"]["body"])  # type: ignore[index]
-            assert body.choices[0].message.content
-            assert body.usage is not None and 0 < body.usage.completion_tokens <= 8
+    output = completed_output(config, serve, source, "/v1/chat/completions")
+    assert sorted(output) == ["q0", "q1", "q2"]
+    for line in output.values():
+        body = sdk_parse(ChatCompletion, line["response"]["body"])
+        assert body.choices[0].message.content
+        assert body.usage is not None and 0 < body.usage.completion_tokens <= 8
 
 
 def test_sdk_embeddings_batch_on_minilm(api_config: Config, serve: Serve, tmp_path: Path) -> None:
@@ -78,15 +88,7 @@ def test_sdk_embeddings_batch_on_minilm(api_config: Config, serve: Serve, tmp_pa
             for i, (text, fmt) in enumerate([("first text", "float"), (["a", "b"], "base64")])
         )
     )
-    with serve(config) as server, running_worker(config):
-        client = sdk(server)
-        file = client.files.create(file=source.open("rb"), purpose="batch")
-        batch = client.batches.create(
-            input_file_id=file.id, endpoint="/v1/embeddings", completion_window="24h"
-        )
-        done = wait_for(client, batch.id, {"completed", "failed", "cancelled", "expired"}, 600)
-        assert done.status == "completed"
-        output = {str(line["custom_id"]): line for line in lines_of(client, done.output_file_id)}
+    output = completed_output(config, serve, source, "/v1/embeddings")
     assert sorted(output) == ["e0", "e1"]
     for custom_id, count in (("e0", 1), ("e1", 2)):
         body = sdk_line(output[custom_id])

