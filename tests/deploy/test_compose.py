@@ -21,7 +21,7 @@ from worker.routing import RoutingTable, served_route_problem
 
 WORKER_CONFIG = ROOT / "deploy" / "worker.yaml"
 CONFIG_TARGET = "/etc/batchpipe/worker.yaml"
-WORKERS = ("worker", "worker-gpu")
+WORKERS = ("worker", "worker-embed", "worker-gpu")
 # ${VAR:-default} / ${VAR-default} / ${VAR}: compose's interpolation, resolved to defaults
 _INTERPOLATION = re.compile(r"\$\{(?P<name>\w+)(?::?-(?P<default>[^}]*))?\}")
 
@@ -192,20 +192,21 @@ def test_kafka_listeners_serve_workers_and_the_host(
         assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "1"
 
 
-def test_two_models_each_have_a_group_and_topic_and_share_the_results_topic(
+def test_each_model_has_a_group_and_topic_and_all_share_the_results_topic(
     services: dict[str, Any], config: Config
 ) -> None:
-    """The chat model's CPU group and the second model's GPU group, as each process loads
+    """The chat model, the embedding model and the GPU model, as each worker process loads
     its configuration: routed, distinct, answering on one results topic."""
     seen = {name: load_config(path=WORKER_CONFIG, environ=_env(services[name])) for name in WORKERS}
     for name, worker in seen.items():
         assert served_route_problem(worker) is None, name
         assert worker.kafka.routes == config.kafka.routes
-    chat, gpu = seen["worker"], seen["worker-gpu"]
-    assert chat.engine.model != gpu.engine.model
-    assert chat.kafka.group_id != gpu.kafka.group_id
-    assert chat.kafka.requests_topic != gpu.kafka.requests_topic
-    assert chat.kafka.results_topic == gpu.kafka.results_topic == config.kafka.results_topic
+        assert worker.kafka.results_topic == config.kafka.results_topic
+    for setting in ("group_id", "requests_topic"):
+        assert len({getattr(w.kafka, setting) for w in seen.values()}) == len(WORKERS), setting
+    assert len({w.engine.model for w in seen.values()}) == len(WORKERS)
+    assert seen["worker-embed"].engine.task == "embed"
+    assert "profiles" not in services["worker-embed"]  # both CPU models run by default
     # publishers (submit, the api) route exactly the models the groups serve
     table = RoutingTable.from_kafka(config.kafka)
     assert {table.topic_for(w.engine.model) for w in seen.values()} == set(table.topics)

@@ -391,7 +391,7 @@ def test_api_without_a_keys_secret_is_refused(chart: helm.Chart) -> None:
 
 TWO_MODELS = {
     "chat": CHART / "ci" / "two-models-chat-values.yaml",
-    "llama": CHART / "ci" / "two-models-second-values.yaml",
+    "embed": CHART / "ci" / "two-models-embed-values.yaml",
 }
 
 
@@ -427,12 +427,13 @@ def test_two_models_are_two_releases_with_a_group_and_topic_each(
         (trigger,) = _one(docs, "ScaledObject")["spec"]["triggers"]
         assert trigger["metadata"]["topic"] == config.kafka.requests_topic
         assert trigger["metadata"]["consumerGroup"] == config.kafka.group_id
-    chat, llama = configs["chat"], configs["llama"]
-    assert chat.engine.model != llama.engine.model
-    assert chat.kafka.group_id != llama.kafka.group_id
-    assert chat.kafka.requests_topic != llama.kafka.requests_topic
-    assert chat.kafka.results_topic == llama.kafka.results_topic  # collect finds every answer
-    assert chat.kafka.routes == llama.kafka.routes
+    chat, embed = configs["chat"], configs["embed"]
+    assert (chat.engine.task, embed.engine.task) == ("generate", "embed")
+    assert chat.engine.model != embed.engine.model
+    assert chat.kafka.group_id != embed.kafka.group_id
+    assert chat.kafka.requests_topic != embed.kafka.requests_topic
+    assert chat.kafka.results_topic == embed.kafka.results_topic  # collect finds every answer
+    assert chat.kafka.routes == embed.kafka.routes
     # the API (in the chat release) routes exactly the models the two groups serve
     api_names = [d["metadata"]["name"] for d in releases["chat"][0] if d["kind"] == "Deployment"]
     assert "chat-batchpipe-api" in api_names

@@ -1,12 +1,12 @@
 """Two models in one fleet: a requests topic per model, one consumer group each, one
 shared results topic (docs/architecture.md §4, "Models and topics").
 
-Real ``batchpipe worker`` processes — SmolLM2 on the hf engine, and a second model —
-share one fleet configuration file that holds the routes, as the Helm chart's ConfigMap
-and docker-compose's ``deploy/worker.yaml`` do; each group overrides its topic, group and
-model. Two batch files are submitted with the CLI (one routed by the file's routes, one by
-``--route`` flags) and each is collected with the CLI: every request is answered exactly
-once, by the model it named.
+Real ``batchpipe worker`` processes — the chat model SmolLM2 and the embedding model
+all-MiniLM-L6-v2, both on the hf engine on CPU — share one fleet configuration file that
+holds the routes, as the Helm chart's ConfigMap and docker-compose's ``deploy/worker.yaml``
+do; each group overrides its topic, group and model. A chat file and an embeddings file are
+submitted with the CLI (one routed by the file's routes, one by ``--route`` flags) and each
+is collected with the CLI: every request is answered exactly once, by the model it named.
 """
 
 from __future__ import annotations
@@ -25,16 +25,19 @@ from batchpipe.collect import open_reader, record_headers, records
 from tests import ROOT
 from tests.integration.fleet import fleet
 from tests.integration.harness import write_config
+from tests.openai_sdk import ChatCompletion, CreateEmbeddingResponse, sdk_line
 from worker.config import Config, LimitsConfig
+from worker.engines.models import EMBEDDING_MODEL
 from worker.wire.codec import CodecLimits, decode_result
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.model]
 
 CHAT = "smollm2-135m-instruct"
-# The second group's engine. Hook: once an embeddings engine is on main, this group serves
-# the embedding model and its file holds /v1/embeddings lines; until then the echo engine
-# stands in as a second, differently named model (it serves the model name "echo").
-SECOND_MODEL, SECOND_ENGINE = "echo", ("engine.kind=echo", "engine.model=echo")
+ENGINES = {
+    CHAT: ("engine.kind=hf", f"engine.model={CHAT}"),
+    EMBEDDING_MODEL: ("engine.kind=hf", "engine.task=embed", f"engine.model={EMBEDDING_MODEL}"),
+}
+ANSWER_TYPES = {CHAT: ChatCompletion, EMBEDDING_MODEL: CreateEmbeddingResponse}
 COLLECT_TIMEOUT_S = 300
 
 
@@ -48,21 +51,21 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def request_body(model: str, i: int) -> tuple[str, dict[str, Any]]:
+    """The url and body of request ``i``: chat for SmolLM2, embeddings for MiniLM."""
+    text = f"Say the number {i}."
+    if model == CHAT:
+        messages = [{"role": "user", "content": text}]
+        return "/v1/chat/completions", {"model": model, "messages": messages, "max_tokens": 4}
+    return "/v1/embeddings", {"model": model, "input": text}
+
+
 def batch_file(path: Path, model: str, count: int) -> Path:
-    rows = [
-        {
-            "custom_id": f"{model}-{i}",
-            "method": "POST",
-            "url": "/v1/chat/completions",
-            "body": {
-                "model": model,
-                "messages": [{"role": "user", "content": f"Say the number {i}."}],
-                "max_tokens": 4,
-            },
-            "metadata": {"n": str(i)},
-        }
-        for i in range(count)
-    ]
+    rows = []
+    for i in range(count):
+        url, body = request_body(model, i)
+        row = {"custom_id": f"{model}-{i}", "method": "POST", "url": url, "body": body}
+        rows.append({**row, "metadata": {"n": str(i)}})
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
 
@@ -98,47 +101,46 @@ def raw_answers(config: Config) -> Counter[tuple[str, str, str]]:
         consumer.close()
 
 
-def test_two_models_each_on_its_own_topic_and_group_share_the_results_topic(
+def test_a_chat_and_an_embedding_model_each_on_its_own_topic_and_group(
     kafka_config: Config, tmp_path: Path
 ) -> None:
     k = kafka_config.kafka
-    topics = {CHAT: f"{k.requests_topic}-chat", SECOND_MODEL: f"{k.requests_topic}-second"}
+    topics = {CHAT: f"{k.requests_topic}-chat", EMBEDDING_MODEL: f"{k.requests_topic}-embed"}
     fleet_config = replace(kafka_config, kafka=replace(k, routes=topics))
     fleet_path = write_config(fleet_config, tmp_path / "fleet.yaml")
     plain_path = write_config(kafka_config, tmp_path / "plain.yaml")  # no routes in it
 
     chat_file = batch_file(tmp_path / "chat.jsonl", CHAT, 3)
-    second_file = batch_file(tmp_path / "second.jsonl", SECOND_MODEL, 5)
+    embed_file = batch_file(tmp_path / "embed.jsonl", EMBEDDING_MODEL, 5)
     with fleet(fleet_path) as workers:
-        for model, topic, engine in (
-            (CHAT, topics[CHAT], ("engine.kind=hf", f"engine.model={CHAT}")),
-            (SECOND_MODEL, topics[SECOND_MODEL], SECOND_ENGINE),
-        ):
-            group = f"{k.group_id}-{'chat' if model == CHAT else 'second'}"
-            workers.start(f"kafka.requests_topic={topic}", f"kafka.group_id={group}", *engine)
+        for n, (model, topic) in enumerate(topics.items()):
+            group = f"kafka.group_id={k.group_id}-{n}"
+            workers.start(f"kafka.requests_topic={topic}", group, *ENGINES[model])
         chat_batch = submit(chat_file, "-c", str(fleet_path))
         routes = [f"{model}={topic}" for model, topic in topics.items()]
-        second_batch = submit(
-            second_file, "-c", str(plain_path), "--route", routes[0], "--route", routes[1]
+        embed_batch = submit(
+            embed_file, "-c", str(plain_path), "--route", routes[0], "--route", routes[1]
         )
         lines = {
             chat_batch: collect(chat_batch, fleet_path, tmp_path),
-            second_batch: collect(second_batch, fleet_path, tmp_path),
+            embed_batch: collect(embed_batch, fleet_path, tmp_path),
         }
         workers.assert_alive()
         status = cli("status", chat_batch, "--json", "-c", str(fleet_path))
         assert status.returncode == 0, status.stderr
 
-    expected = {chat_batch: (CHAT, 3), second_batch: (SECOND_MODEL, 5)}
+    expected = {chat_batch: (CHAT, 3), embed_batch: (EMBEDDING_MODEL, 5)}
     for batch_id, (model, count) in expected.items():
         got = lines[batch_id]
         assert sorted(line["custom_id"] for line in got) == sorted(
             f"{model}-{i}" for i in range(count)
         )
         for line in got:
-            body = line["response"]["body"]
-            assert line["error"] is None and body["model"] == model
+            body = sdk_line(line)  # the endpoint's own shape, read with the openai SDK
+            assert isinstance(body, ANSWER_TYPES[model]) and body.model == model
             assert line["metadata"] == {"n": line["custom_id"].rsplit("-", 1)[1]}
+            if isinstance(body, CreateEmbeddingResponse):
+                assert [len(item.embedding) for item in body.data] == [384]
     assert json.loads(status.stdout)["request_counts"]["completed"] == 3
 
     # the shared results topic holds each request's answer exactly once, from its model
