@@ -91,10 +91,14 @@ def hf_engine() -> Iterator[Any]:
 VLLM_TEST_BATCHING = BatchingConfig(max_batch_size=8, max_batch_tokens=1024, prefetch_count=8)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_engine() -> Iterator[Any]:
     """SmolLM2-135M-Instruct through vLLM on the CPU; tests using it carry
-    ``@pytest.mark.model``. The GGUF converts once into the default model cache."""
+    ``@pytest.mark.model``. The GGUF converts once into the default model cache.
+
+    One per module, never one per session: vLLM keeps its parallel groups process-wide,
+    and another vLLM engine closed while this one lived (the embedding engine's module)
+    would tear them down under it ("pipeline model parallel group is not initialized")."""
     from worker.config import EngineConfig
     from worker.engines.vllm.engine import VllmEngine
 
