@@ -108,12 +108,12 @@ def test_auth_ids_cursors_and_cancel(api_config: Config, serve: Serve, tmp_path:
         file = alice.files.create(
             file=batch_file(tmp_path / "a.jsonl", 3).open("rb"), purpose="batch"
         )
-        wrong_endpoint = requests.post(
+        wrong_endpoint = requests.post(  # an OpenAI batch endpoint batchpipe does not serve
             f"{url}/v1/batches",
             headers=ALICE,
             json={
                 "input_file_id": file.id,
-                "endpoint": "/v1/embeddings",
+                "endpoint": "/v1/responses",
                 "completion_window": "24h",
             },
         )
