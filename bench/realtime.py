@@ -38,6 +38,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,7 +53,6 @@ from worker.engines.base import (
     Completion,
     Engine,
     EngineInput,
-    InFlightEngine,
     ResolvedSampling,
     StaticEngine,
 )
@@ -88,19 +88,6 @@ class Served:
         start = time.monotonic()
         for first in range(0, len(inputs), size):
             engine.run_batch(inputs[first : first + size], self._recorder(start))
-        self.seconds += time.monotonic() - start
-
-    def run_in_flight(self, engine: InFlightEngine, inputs: Sequence[EngineInput]) -> None:
-        """Submit every input at once and collect each completion as it finishes."""
-        start = time.monotonic()
-        finished = self._recorder(start)
-        for item in inputs:
-            engine.submit(item)
-        pending = {item.key for item in inputs}
-        while pending:
-            for completion in engine.completions(timeout_s=0.05):
-                pending.discard(completion.key)
-                finished(completion)
         self.seconds += time.monotonic() - start
 
     def _recorder(self, start: float) -> Callable[[Completion], None]:
@@ -157,8 +144,9 @@ def hf_direct(engine: HFEngine, inputs: Sequence[EngineInput]) -> tuple[Served, 
 def vllm_direct(engine: VllmEngine, inputs: Sequence[EngineInput]) -> tuple[Served, Served]:
     """(a) and (c) on vllm: everything in flight at once, then each request alone."""
     alone, direct = Served(), Served()
-    direct.run_in_flight(engine, inputs)
-    alone.run(OneBatchAtATime(engine), inputs, 1)
+    one_batch = OneBatchAtATime(engine)  # submits a whole "batch", collects as each ends
+    direct.run(one_batch, inputs, len(inputs))
+    alone.run(one_batch, inputs, 1)
     return alone, direct
 
 
@@ -205,31 +193,29 @@ def measure(kind: str, requests: Sequence[InferenceRequest]) -> dict[str, Any]:
     """(a), (b) and (c) on one engine."""
     started = time.monotonic()
     worker_engine: Engine
-    if kind == "hf":
-        cpu = torch.device("cpu")
-        model = load_pretrained(locate_model(DEFAULT_MODEL), cpu, resolve_dtype("auto", cpu))
-        config = EngineConfig(kind="hf", device="cpu")
-        hf = HFEngine(config, batching=BATCHING, ignore_eos=True, preloaded=model)
-        hf.load()
-        inputs = _inputs(hf, requests)
-        hf.run_batch(inputs[:2], lambda c: None)  # warm-up: first-call allocations
-        load_s = time.monotonic() - started
-        alone, direct = hf_direct(hf, inputs)
-        worker_engine = HFEngine(config, BATCHING, ignore_eos=True, preloaded=model)
-    else:
-        vllm = VllmEngine(EngineConfig(kind="vllm", device="cpu"), BATCHING, ignore_eos=True)
-        vllm.load()
-        inputs = _inputs(vllm, requests)
-        OneBatchAtATime(vllm).run_batch(inputs[:2], lambda c: None)  # warm-up
-        load_s = time.monotonic() - started
-        alone, direct = vllm_direct(vllm, inputs)
-        worker_engine = Borrowed(vllm)
-    print(kind, "a", alone.figures(), "\nc", direct.figures(), flush=True)
-    try:
+    with ExitStack() as owned:
+        if kind == "hf":
+            cpu = torch.device("cpu")
+            model = load_pretrained(locate_model(DEFAULT_MODEL), cpu, resolve_dtype("auto", cpu))
+            config = EngineConfig(kind="hf", device="cpu")
+            hf = HFEngine(config, batching=BATCHING, ignore_eos=True, preloaded=model)
+            hf.load()
+            inputs = _inputs(hf, requests)
+            hf.run_batch(inputs[:2], lambda c: None)  # warm-up: first-call allocations
+            load_s = time.monotonic() - started
+            alone, direct = hf_direct(hf, inputs)
+            worker_engine = HFEngine(config, BATCHING, ignore_eos=True, preloaded=model)
+        else:
+            vllm = VllmEngine(EngineConfig(kind="vllm", device="cpu"), BATCHING, ignore_eos=True)
+            vllm.load()
+            owned.callback(vllm.close)
+            inputs = _inputs(vllm, requests)
+            OneBatchAtATime(vllm).run_batch(inputs[:2], lambda c: None)  # warm-up
+            load_s = time.monotonic() - started
+            alone, direct = vllm_direct(vllm, inputs)
+            worker_engine = Borrowed(vllm)
+        print(kind, "a", alone.figures(), "\nc", direct.figures(), flush=True)
         batched, decode_us = through_worker(worker_engine, kind, requests)
-    finally:
-        if kind == "vllm":
-            vllm.close()
     print(kind, "b", batched.figures(), flush=True)
     prompt_tokens = [len(i.prompt_token_ids) for i in inputs]
     direct_name = f"ideal batches of {BATCH}" if kind == "hf" else "all in flight at once"
