@@ -73,12 +73,29 @@ def engine_cpu_short(r: Result) -> str:
 
 
 def vllm_direct_short(r: Result) -> str:
-    run = r["runs"][0]
-    modes = run["modes"]
+    first, *others = r["runs"]
+
+    def rates(run: Result) -> str:
+        modes = run["modes"]
+        return (
+            f"{modes['in_flight']['tokens_per_s']} vs {modes['waves']['tokens_per_s']} tok/s, "
+            f"{run['dtype']}"
+        )
+
+    def in_flight(run: Result) -> float:
+        rate: float = run["modes"]["in_flight"]["tokens_per_s"]
+        return rate
+
+    # each further dtype: its own in-flight/waves ratio, and its in-flight rate against the
+    # first dtype's (float32, the CPU default)
+    more = "".join(
+        f"; {x(run['in_flight_vs_waves'])} in {run['dtype']} ({rates(run)}), whose in-flight "
+        f"rate is {x(in_flight(run) / in_flight(first))} {first['dtype']}'s"
+        for run in others
+    )
     return (
-        f"**{x(run['in_flight_vs_waves'])}** tokens/s kept in flight vs static waves of "
-        f"{r['wave_size']} ({modes['in_flight']['tokens_per_s']} vs "
-        f"{modes['waves']['tokens_per_s']} tok/s, {run['dtype']})"
+        f"**{x(first['in_flight_vs_waves'])}** tokens/s kept in flight vs static waves of "
+        f"{r['wave_size']} ({rates(first)}){more}"
     )
 
 
