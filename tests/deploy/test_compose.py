@@ -86,7 +86,7 @@ def test_every_service_has_an_image_or_a_build(services: dict[str, Any]) -> None
 
 
 def test_worker_config_file_is_valid(config: Config) -> None:
-    assert config.engine.kind == "hf"
+    assert config.engine.kind == "vllm"
     assert config.kafka.bootstrap_servers == "kafka:19092"
 
 

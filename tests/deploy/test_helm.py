@@ -141,7 +141,7 @@ def test_rendered_config_loads_with_the_worker_loader(chart: helm.Chart, tmp_pat
     config = _load_worker_config(_render(chart), tmp_path)
     assert config.kafka.bootstrap_servers == chart.values["kafka"]["bootstrapServers"]
     assert config.kafka.client == {"security.protocol": "PLAINTEXT"}
-    assert config.engine.kind == "hf"
+    assert config.engine.kind == "vllm"
     assert config.worker.worker_id == "bp-batchpipe-7d9c-x2x4z"
 
 

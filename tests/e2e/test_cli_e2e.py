@@ -119,8 +119,9 @@ def test_echo_batch_round_trip_through_the_cli(tmp_path: Path, broker: str) -> N
 
 
 @pytest.mark.model
-def test_real_model_answers_the_example_batch(tmp_path: Path, broker: str) -> None:
-    config = write_config(tmp_path, broker, {"kind": "hf", "model": "smollm2-135m-instruct"})
+@pytest.mark.parametrize("kind", ["vllm", "hf"])  # vllm: the default CPU engine
+def test_real_model_answers_the_example_batch(tmp_path: Path, broker: str, kind: str) -> None:
+    config = write_config(tmp_path, broker, {"kind": kind, "model": "smollm2-135m-instruct"})
     lines, worker_exit = submit_and_collect(tmp_path, config)
     assert sorted(str(line["custom_id"]) for line in lines) == sorted(expected())
     for line in lines:
@@ -142,4 +143,5 @@ def test_demo_runs_end_to_end_with_the_echo_engine(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     total = len(expected())
     assert f"{total} completed, 0 failed of {total}" in done.stdout
+    assert "engine=echo (static)" in done.stdout and "batches, mean size" in done.stdout
     assert "/metrics" in done.stdout

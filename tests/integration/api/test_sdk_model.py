@@ -40,7 +40,7 @@ def completed_output(
 
 
 def test_sdk_batch_on_the_default_model(api_config: Config, serve: Serve, tmp_path: Path) -> None:
-    config = replace(api_config, engine=EngineConfig())  # hf, smollm2-135m-instruct
+    config = replace(api_config, engine=EngineConfig(kind="hf"))  # smollm2-135m-instruct
     source = tmp_path / "in.jsonl"
     source.write_text(
         "".join(

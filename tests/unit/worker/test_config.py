@@ -75,8 +75,8 @@ def test_a_batch_may_not_be_larger_than_the_requests_in_flight() -> None:
 )
 def test_echo_settings_are_refused_for_other_engines(item: str) -> None:
     assert load_config(sets=["engine.kind=echo", item], environ={})
-    message = refused(item)  # the default kind, hf
-    assert f"engine.{item.split('.')[1].split('=')[0]}" in message and "hf" in message
+    message = refused(item)  # the default kind, vllm
+    assert f"engine.{item.split('.')[1].split('=')[0]}" in message and "vllm" in message
 
 
 @pytest.mark.parametrize(
