@@ -75,8 +75,8 @@ EngineKind = Literal["hf", "vllm", "trtllm", "echo"]
 
 @dataclass(frozen=True)
 class EngineConfig:
-    # vllm by default: through the worker it served 2.45x hf's requests/s on the CPU
-    # (bench/results/realtime.json, default_engine); hf stays selectable
+    # vllm by default: through the worker it served more requests/s than hf on the CPU
+    # (bench/results/realtime.json holds the figure, default_engine the choice)
     kind: EngineKind = "vllm"
     model: str = "smollm2-135m-instruct"  # a known name, a model directory or a .gguf file
     # generate: chat and completions requests; embed: /v1/embeddings requests with an
