@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -36,6 +35,7 @@ from confluent_kafka import (
 from worker.config import KafkaConfig
 from worker.errors import RequestError
 from worker.kafka import clients
+from worker.kafka.consumer import FROM_START
 from worker.wire.answers import format_error_line, format_output_line
 from worker.wire.codec import CodecLimits, decode_result
 from worker.wire.messages import InferenceResult
@@ -78,7 +78,7 @@ def open_reader(kafka: KafkaConfig, topic: str, since: float | None) -> tuple[Co
             raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no topic {topic}"))
         partitions = sorted(metadata.partitions)
         if since is None:
-            starts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions]
+            starts = [TopicPartition(topic, p, FROM_START) for p in partitions]
         else:
             # The end offsets are read first: a partition with nothing after `since` is
             # read from there, so records written meanwhile are not skipped.

@@ -532,6 +532,22 @@ BENCHES: tuple[Bench, ...] = (
         embeddings_headline,
     ),
     Bench(
+        "broker_earliest.py",
+        "broker_earliest",
+        "python -m bench.broker_earliest",
+        "the embedded broker's earliest offset after concurrent transactional producers, "
+        "and what a reader from OFFSET_BEGINNING vs offset 0 (FROM_START) gets",
+        lambda r: (
+            f"{r['broker']}, {r['trials']} one-partition topics, {r['producers']} producers "
+            "committing one record each at once"
+        ),
+        lambda r: (
+            f"earliest offset above 0 in {r['wrong_earliest']} of {r['trials']} topics; "
+            f"records missed from OFFSET_BEGINNING: {r['lost_from_beginning']}, from offset 0: "
+            f"{r['lost_from_start']} (of {n(r['records'])})"
+        ),
+    ),
+    Bench(
         "gpu_check.sh",
         "gpu_check",
         "bench/gpu_check.sh",

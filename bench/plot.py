@@ -254,6 +254,23 @@ def embeddings(result: Result, axes: list[Axes]) -> None:
     )
 
 
+def broker_earliest(result: Result, axes: list[Axes]) -> None:
+    _bars(
+        axes[0],
+        ["earliest offset above 0"],
+        [result["wrong_earliest"]],
+        f"of {result['trials']} topics, {result['producers']} producers each",
+        "topics",
+    )
+    _bars(
+        axes[1],
+        ["from OFFSET_BEGINNING", "from offset 0"],
+        [result["lost_from_beginning"], result["lost_from_start"]],
+        f"records a reader missed, of {result['records']:,}",
+        "records",
+    )
+
+
 CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
     "overhead": overhead,
     "realtime": realtime,
@@ -266,6 +283,7 @@ CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
     "vllm_direct": vllm_direct,
     "structured": structured,
     "embeddings": embeddings,
+    "broker_earliest": broker_earliest,
 }
 
 

@@ -36,6 +36,7 @@ BENCHMARKS = (
     "inflight",
     "structured",
     "embeddings",
+    "broker_earliest",
 )
 
 

@@ -17,11 +17,12 @@ import json
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from worker.config import KafkaConfig
 from worker.errors import ErrorCode
 from worker.kafka import clients
+from worker.kafka.consumer import FROM_START
 
 Reason = Literal["cancelled", "expired"]
 
@@ -91,9 +92,7 @@ class TopicReader:
             kafka, f"{kafka.group_id}.control", read_committed=False
         )
         metadata = self._consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S).topics[topic]
-        self._consumer.assign(
-            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.partitions]
-        )
+        self._consumer.assign([TopicPartition(topic, p, FROM_START) for p in metadata.partitions])
 
     def read(self) -> list[bytes]:
         messages = self._consumer.consume(num_messages=500, timeout=0)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from batcher import (
     AdaptiveBatchSize,
@@ -37,7 +37,7 @@ from worker.errors import ErrorCode, ModelLoadError
 from worker.held import HeldRecords
 from worker.intake import DeadLetter, Intake
 from worker.jobs import Identity, Job, Source
-from worker.kafka.consumer import KafkaConsumer, Record
+from worker.kafka.consumer import KafkaConsumer, Record, resume_points
 from worker.kafka.factory import ConfluentClients, KafkaClients
 from worker.kafka.publisher import FatalKafkaError, Publisher, TransactionAborted, rewind
 from worker.ledger import Ledger
@@ -54,6 +54,8 @@ log = logging.getLogger("batchpipe.worker")
 EXIT_OK, EXIT_FATAL, EXIT_MODEL_LOAD, EXIT_WEDGED = 0, 1, 3, 4
 _MAX_POLL_BATCH = 500
 _PAUSE_AFTER_S = 0.5
+#: how long an assignment may wait for the group's committed offsets (inside the rebalance)
+_ASSIGN_TIMEOUT_S = 30.0
 
 
 class Worker:
@@ -383,7 +385,14 @@ class Worker:
         self.health.set_consumer_ok(True)
         log.info("assigned %s", _names(partitions))
         assert self._publisher is not None
-        self._publisher.assign([(tp.topic, tp.partition) for tp in partitions])
+        assigned = [(tp.topic, tp.partition) for tp in partitions]
+        self._publisher.assign(assigned)
+        try:
+            # a partition the group never committed starts at FROM_START, not where the
+            # broker says its earliest offset is (see FROM_START: a broker can say wrong)
+            consumer.assign(resume_points(consumer, assigned, _ASSIGN_TIMEOUT_S))
+        except KafkaException as exc:
+            log.warning("committed offsets unreadable (%s); assigning from the defaults", exc)
         if self._paused:
             consumer.pause(partitions)
         else:

@@ -17,11 +17,12 @@ import time
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from batchpipe.api.records import BatchRecord, FileRecord
 from worker.config import KafkaConfig
 from worker.kafka import clients
+from worker.kafka.consumer import FROM_START
 
 R = TypeVar("R", FileRecord, BatchRecord)
 
@@ -41,7 +42,7 @@ class StateTopic:
             read_committed=False,
             extra={"enable.partition.eof": True, "fetch.wait.max.ms": 50},
         )
-        self._consumer.assign([TopicPartition(self._topic, 0, OFFSET_BEGINNING)])
+        self._consumer.assign([TopicPartition(self._topic, 0, FROM_START)])
         # asks for the topic's end; the follower's consumer is busy polling on its thread
         self._probe = clients.consumer(kafka, f"{kafka.group_id}.api-state", read_committed=False)
         self._files: dict[str, FileRecord] = {}

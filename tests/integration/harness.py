@@ -16,12 +16,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from tests import ROOT
 from worker.config import Config
 from worker.engines.base import Engine
 from worker.kafka import clients
+from worker.kafka.consumer import FROM_START
 from worker.service import Worker
 from worker.wire.codec import decode_result, encode_request
 from worker.wire.messages import InferenceRequest, InferenceResult
@@ -104,14 +105,17 @@ def publish(
     )
 
 
-def reader(config: Config, topic: str) -> Consumer:
-    """A read_committed consumer of every partition of ``topic`` from its beginning.
+def reader(config: Config, topic: str, *, read_committed: bool = True) -> Consumer:
+    """A consumer (read_committed unless told) of every partition of ``topic`` from its
+    beginning.
 
     Assigned, not subscribed: no group join to wait for, nothing committed.
     """
-    consumer = clients.consumer(config.kafka, group_id=f"reader-{time.time_ns()}")
+    consumer = clients.consumer(
+        config.kafka, group_id=f"reader-{time.time_ns()}", read_committed=read_committed
+    )
     metadata = consumer.list_topics(topic, timeout=30).topics[topic]
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.partitions])
+    consumer.assign([TopicPartition(topic, p, FROM_START) for p in metadata.partitions])
     return consumer
 
 
@@ -127,8 +131,33 @@ def read_topic(config: Config, topic: str, count: int, timeout_s: float = 60) ->
                     records.append(m)
     finally:
         consumer.close()
-    assert len(records) >= count, f"only {len(records)} of {count} records on {topic}"
+    assert len(records) >= count, (
+        f"only {len(records)} of {count} records on {topic}: {_where(records)}; "
+        f"read_uncommitted: {_where(_read_uncommitted(config, topic))}"
+    )
     return records
+
+
+def _read_uncommitted(config: Config, topic: str, timeout_s: float = 10) -> list[Message]:
+    """Every record of ``topic``, transactions open or aborted included: what a shortfall
+    of read_committed readers is short of (an open transaction, or nothing produced)."""
+    consumer = reader(config, topic, read_committed=False)
+    records: list[Message] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            records += [m for m in consumer.consume(500, timeout=0.2) if m.error() is None]
+    finally:
+        consumer.close()
+    return records
+
+
+def _where(records: Sequence[Message]) -> str:
+    """Records as ``partition:offset=key``, for an assertion message."""
+    return ", ".join(
+        f"{m.partition()}:{m.offset()}={m.key()!r}"
+        for m in sorted(records, key=lambda m: (m.partition() or 0, m.offset() or 0))
+    )
 
 
 def read_results(config: Config, count: int, timeout_s: float = 60) -> list[InferenceResult]:

@@ -25,7 +25,7 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 
 from batcher import OffsetTracker, Partition
 from worker.config import KafkaConfig
-from worker.kafka.consumer import KafkaConsumer
+from worker.kafka.consumer import KafkaConsumer, resume_points
 from worker.kafka.failures import (
     ATTEMPTS,
     Abortable,
@@ -208,8 +208,5 @@ class AtLeastOncePublisher(Publisher):
 
 def rewind(consumer: KafkaConsumer, partitions: Collection[Partition]) -> None:
     """Seek ``partitions`` back to their committed offsets (after an abort)."""
-    committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=TIMEOUT_S)
-    for tp in committed:
-        if tp.offset < 0:
-            tp.offset = -2  # OFFSET_BEGINNING: nothing committed yet, start over
+    for tp in resume_points(consumer, partitions, TIMEOUT_S):
         consumer.seek(tp)

@@ -5,9 +5,10 @@
 * :class:`FakeConsumer` — librdkafka's consumer as the worker sees it. Rebalances are
   queued by the test and served one per ``poll``/``consume`` call, callbacks first, as
   librdkafka serves them; ``close`` revokes the assignment through ``on_revoke`` too. An
-  assigned partition is read from its committed offset (else from the start,
-  ``auto.offset.reset: earliest``), so records not committed before a revoke are read
-  again. Pause is a flag of the partition, not of the assignment: it survives
+  assigned partition is read from its committed offset (else from the broker's earliest
+  offset, ``auto.offset.reset: earliest``), so records not committed before a revoke are
+  read again; ``assign`` inside ``on_assign`` replaces that default, as in
+  confluent-kafka. Pause is a flag of the partition, not of the assignment: it survives
   unassign and assign, as in librdkafka. ``returns_while_paused`` makes ``poll`` return a
   paused partition's records anyway, as a consumer may with records fetched before a pause.
   ``position`` is unknown until a record of the partition was returned; the cached high
@@ -128,6 +129,9 @@ class FakeBroker:
         self.topic = topic
         self.logs: dict[Partition, list[FakeMessage]] = {(topic, p): [] for p in range(partitions)}
         self.committed: dict[Partition, int] = {}
+        #: what the broker answers when asked for a partition's earliest offset, where it
+        #: is not 0: a wrong answer, as the embedded Tansu broker's (FROM_START)
+        self.earliest: dict[Partition, int] = {}
         self.sent: list[Sent] = []
         self.topics: set[str] = {topic}
         #: the producers' message.max.bytes (librdkafka's default)
@@ -205,6 +209,7 @@ class FakeConsumer:
         self._fetched_end: dict[Partition, int] = {}  # the end offset as of the last fetch
         self.calls = 0  # poll/consume calls that returned
         self.delivered = 0  # records returned by poll/consume
+        self._assigning = False  # inside on_assign: assign() may set the offsets
 
     # -- what the test does ------------------------------------------------------------
 
@@ -241,6 +246,18 @@ class FakeConsumer:
         messages = self._read(1, timeout, paused_too=self.returns_while_paused)
         return messages[0] if messages else None
 
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        assert self._assigning, "assign() outside on_assign: the worker never does that"
+        self._assigning = False
+        for tp in partitions:
+            at = (tp.topic, tp.partition)
+            if tp.offset >= 0:
+                self._positions[at] = tp.offset
+            elif tp.offset == OFFSET_BEGINNING:
+                self._positions[at] = self._earliest(at)
+            else:
+                self._positions[at] = self._broker.committed.get(at, self._earliest(at))
+
     def pause(self, partitions: list[TopicPartition]) -> None:
         self._paused.update(_pairs(partitions))
 
@@ -272,7 +289,8 @@ class FakeConsumer:
         at = (partition.topic, partition.partition)
         if at not in self._positions:
             raise KafkaException(KafkaError(KafkaError._STATE, f"{at} is not assigned"))
-        self._positions[at] = 0 if partition.offset == OFFSET_BEGINNING else partition.offset
+        beginning = partition.offset == OFFSET_BEGINNING
+        self._positions[at] = self._earliest(at) if beginning else partition.offset
         self._read_to[at] = self._positions[at]
 
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
@@ -325,16 +343,26 @@ class FakeConsumer:
 
     def _serve(self, kind: RebalanceKind, partitions: list[Partition]) -> None:
         callback = self._callbacks.get(kind)
+        if kind == "assign":  # the default offsets; the callback may assign() its own
+            for partition in partitions:
+                self._read_to.pop(partition, None)
+                self._fetched_end.pop(partition, None)
+                committed = self._broker.committed.get(partition)
+                self._positions[partition] = (
+                    self._earliest(partition) if committed is None else committed
+                )
+        self._assigning = kind == "assign"
         if callback is not None:
             callback(self, _tps(partitions))
-        # confluent-kafka assigns or unassigns after the callback returns
-        for partition in partitions:
-            self._read_to.pop(partition, None)
-            self._fetched_end.pop(partition, None)
-            if kind == "assign":
-                self._positions[partition] = self._broker.committed.get(partition, 0)
-            else:
+        self._assigning = False
+        if kind != "assign":  # confluent-kafka unassigns after the callback returns
+            for partition in partitions:
+                self._read_to.pop(partition, None)
+                self._fetched_end.pop(partition, None)
                 self._positions.pop(partition, None)
+
+    def _earliest(self, partition: Partition) -> int:
+        return self._broker.earliest.get(partition, 0)
 
     def _check_open(self) -> None:
         if self.closed:
