@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import Literal, Protocol
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 #: a record's headers as librdkafka returns them
 RecordHeaders = list[tuple[str, bytes | str | None]] | dict[str, bytes | str | None]
@@ -102,8 +102,12 @@ def resume_points(
 ) -> list[TopicPartition]:
     """Where the group resumes each of ``partitions``: its committed offset, or
     :data:`FROM_START` where it committed none. Raises ``KafkaException`` when the
-    group coordinator does not answer within ``timeout_s``."""
+    group coordinator does not answer within ``timeout_s``, or answers an error for a
+    partition (whose resume point is then unknown: guessing 0 would answer it all again)."""
     committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout_s)
+    for tp in committed:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
     return [
         TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else FROM_START)
         for tp in committed

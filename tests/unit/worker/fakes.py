@@ -13,7 +13,8 @@
   paused partition's records anyway, as a consumer may with records fetched before a pause.
   ``position`` is unknown until a record of the partition was returned; the cached high
   watermark is the partition's end as of its last fetch (none while paused); a partition
-  in ``unreachable`` has no watermarks (the broker does not answer).
+  in ``unreachable`` has no watermarks (the broker does not answer), and while
+  ``coordinator_down`` the committed offsets cannot be read.
 * :class:`FakePublisher` — the :class:`Publisher` contract in memory. An answer counts as
   given when it is sent (``on_answered`` runs inside ``send``), as inside a transaction;
   commits write the tracker's offsets to the broker through the consumer. Like the
@@ -210,6 +211,7 @@ class FakeConsumer:
         self.calls = 0  # poll/consume calls that returned
         self.delivered = 0  # records returned by poll/consume
         self._assigning = False  # inside on_assign: assign() may set the offsets
+        self.coordinator_down = False  # committed() times out
 
     # -- what the test does ------------------------------------------------------------
 
@@ -277,6 +279,8 @@ class FakeConsumer:
     def committed(
         self, partitions: list[TopicPartition], timeout: float = -1
     ) -> list[TopicPartition]:
+        if self.coordinator_down:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "no group coordinator"))
         committed = self._broker.committed
         return [
             TopicPartition(

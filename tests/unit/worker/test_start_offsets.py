@@ -47,3 +47,13 @@ def test_a_rewind_before_any_commit_reads_again_from_offset_0() -> None:
         r.step_until(lambda: r.settled(ids), "every record answered and committed")
         assert r.answers() == Counter(dict.fromkeys(ids, 1))
         assert r.worker._publisher is not None and r.worker._publisher.aborts >= REPLAYS + 1
+
+
+def test_unreadable_committed_offsets_leave_the_default_assignment() -> None:
+    with rig(loop_config(), GatedEngine(gated=False)) as r:
+        ids = submit(r, 4)
+        r.broker.committed[P0] = 1  # r0 was answered by an earlier owner
+        r.consumer.coordinator_down = True  # the worker cannot choose: librdkafka does
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: r.settled(ids - {"r0"}), "the rest answered and committed")
+        assert r.answers() == Counter(dict.fromkeys(ids - {"r0"}, 1))
