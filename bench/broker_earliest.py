@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import threading
-import time
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from bench.common import write_result
+from tests.integration.harness import drain
 from worker.config import Config
 from worker.kafka import clients
 from worker.kafka.broker import EmbeddedBroker
@@ -58,14 +58,7 @@ def _read(config: Config, topic: str, offset: int, expected: int) -> int:
     """Records a fresh reader from ``offset`` gets (it stops once it has ``expected``)."""
     consumer = clients.consumer(config.kafka, group_id=f"reader-{uuid.uuid4().hex}")
     consumer.assign([TopicPartition(topic, 0, offset)])
-    got = 0
-    deadline = time.monotonic() + READ_S
-    try:
-        while got < expected and time.monotonic() < deadline:
-            got += sum(m.error() is None for m in consumer.consume(100, timeout=0.2))
-    finally:
-        consumer.close()
-    return got
+    return len(drain(consumer, READ_S, expected))
 
 
 def trial(config: Config, producers: int) -> dict[str, int]:

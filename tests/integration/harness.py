@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import subprocess
 import sys
@@ -119,18 +120,22 @@ def reader(config: Config, topic: str, *, read_committed: bool = True) -> Consum
     return consumer
 
 
-def read_topic(config: Config, topic: str, count: int, timeout_s: float = 60) -> list[Message]:
-    """``count`` records from ``topic`` (from the beginning), or fail after ``timeout_s``."""
-    consumer = reader(config, topic)
+def drain(consumer: Consumer, timeout_s: float, count: float = math.inf) -> list[Message]:
+    """The records ``consumer`` delivers until it has ``count`` or ``timeout_s`` passed;
+    closes it."""
     records: list[Message] = []
     deadline = time.monotonic() + timeout_s
     try:
         while len(records) < count and time.monotonic() < deadline:
-            for m in consumer.consume(num_messages=500, timeout=0.2):
-                if m.error() is None:
-                    records.append(m)
+            records += [m for m in consumer.consume(500, timeout=0.2) if m.error() is None]
     finally:
         consumer.close()
+    return records
+
+
+def read_topic(config: Config, topic: str, count: int, timeout_s: float = 60) -> list[Message]:
+    """``count`` records from ``topic`` (from the beginning), or fail after ``timeout_s``."""
+    records = drain(reader(config, topic), timeout_s, count)
     assert len(records) >= count, (
         f"only {len(records)} of {count} records on {topic}: {_where(records)}; "
         f"read_uncommitted: {_where(_read_uncommitted(config, topic))}"
@@ -141,15 +146,7 @@ def read_topic(config: Config, topic: str, count: int, timeout_s: float = 60) ->
 def _read_uncommitted(config: Config, topic: str, timeout_s: float = 10) -> list[Message]:
     """Every record of ``topic``, transactions open or aborted included: what a shortfall
     of read_committed readers is short of (an open transaction, or nothing produced)."""
-    consumer = reader(config, topic, read_committed=False)
-    records: list[Message] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            records += [m for m in consumer.consume(500, timeout=0.2) if m.error() is None]
-    finally:
-        consumer.close()
-    return records
+    return drain(reader(config, topic, read_committed=False), timeout_s)
 
 
 def _where(records: Sequence[Message]) -> str:

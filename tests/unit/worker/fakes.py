@@ -258,7 +258,7 @@ class FakeConsumer:
             elif tp.offset == OFFSET_BEGINNING:
                 self._positions[at] = self._earliest(at)
             else:
-                self._positions[at] = self._broker.committed.get(at, self._earliest(at))
+                self._positions[at] = self._default_start(at)
 
     def pause(self, partitions: list[TopicPartition]) -> None:
         self._paused.update(_pairs(partitions))
@@ -347,23 +347,22 @@ class FakeConsumer:
 
     def _serve(self, kind: RebalanceKind, partitions: list[Partition]) -> None:
         callback = self._callbacks.get(kind)
-        if kind == "assign":  # the default offsets; the callback may assign() its own
+        if kind == "assign":  # the defaults; the callback may assign() offsets of its own
             for partition in partitions:
-                self._read_to.pop(partition, None)
-                self._fetched_end.pop(partition, None)
-                committed = self._broker.committed.get(partition)
-                self._positions[partition] = (
-                    self._earliest(partition) if committed is None else committed
-                )
+                self._positions[partition] = self._default_start(partition)
         self._assigning = kind == "assign"
         if callback is not None:
             callback(self, _tps(partitions))
         self._assigning = False
-        if kind != "assign":  # confluent-kafka unassigns after the callback returns
-            for partition in partitions:
-                self._read_to.pop(partition, None)
-                self._fetched_end.pop(partition, None)
+        for partition in partitions:
+            self._read_to.pop(partition, None)
+            self._fetched_end.pop(partition, None)
+            if kind != "assign":  # confluent-kafka unassigns after the callback returns
                 self._positions.pop(partition, None)
+
+    def _default_start(self, partition: Partition) -> int:
+        """Where an assignment without offsets starts: committed, else "earliest"."""
+        return self._broker.committed.get(partition, self._earliest(partition))
 
     def _earliest(self, partition: Partition) -> int:
         return self._broker.earliest.get(partition, 0)
