@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from openai import BaseModel as SDKModel
 from openai.types import BatchError, Completion, CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
+from openai.types.responses import Response
 from openai.types.shared import ErrorObject
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "Completion",
     "CreateEmbeddingResponse",
     "ErrorObject",
+    "Response",
     "decoded_vector",
     "sdk_line",
     "sdk_parse",
@@ -76,7 +78,7 @@ def _embeddings(body: dict[str, Any]) -> CreateEmbeddingResponse:
 
 def sdk_line(
     line: dict[str, Any],
-) -> ChatCompletion | Completion | CreateEmbeddingResponse | ErrorObject:
+) -> ChatCompletion | Completion | CreateEmbeddingResponse | Response | ErrorObject:
     """One batch output or error line read with the SDK: its body's type, checked."""
     response = line["response"]
     if line["error"] is not None:
@@ -85,6 +87,8 @@ def sdk_line(
     body = response["body"]
     if body["object"] == "list":
         return _embeddings(body)
+    if body["object"] == "response":
+        return sdk_parse(Response, body)
     kind: type[ChatCompletion] | type[Completion] = (
         ChatCompletion if body["object"] == "chat.completion" else Completion
     )

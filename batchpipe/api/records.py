@@ -33,6 +33,7 @@ ENDPOINTS: Mapping[str, Endpoint] = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completions",
     "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses",
 }
 
 R = TypeVar("R", "FileRecord", "BatchRecord")

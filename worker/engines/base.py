@@ -284,7 +284,7 @@ class Engine(ABC):
     #: how the worker feeds it: :class:`StaticEngine` or :class:`InFlightEngine`
     mode: ClassVar[FeedMode]
     #: the endpoints whose requests it serves; another endpoint's are refused at admission
-    endpoints: ClassVar[frozenset[Endpoint]] = frozenset({"chat", "completions"})
+    endpoints: ClassVar[frozenset[Endpoint]] = frozenset({"chat", "completions", "responses"})
     #: the ``engine`` fields of :mod:`worker.wire.fields` it applies; a request that asks
     #: for another (``ResolvedSampling.asks_for``) is refused with 4002 at admission
     honours: ClassVar[frozenset[str]] = frozenset()

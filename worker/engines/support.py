@@ -7,7 +7,8 @@ change its answer (``Engine.inert``). From the two:
 * :func:`refusal` is the 4002 the worker answers at admission when a request asks for a
   field its engine does not honour;
 * :func:`markdown` renders the tables of ``docs/fields.md`` (each field × each engine,
-  for the generation endpoints and for ``/v1/embeddings``).
+  for the generation endpoints — chat, completions, responses — and for
+  ``/v1/embeddings``).
   ``python -m worker.engines.support`` rewrites it; a unit test fails when it is stale.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 from worker.engines.base import Engine, ResolvedSampling
 from worker.engines.factory import engine_class
 from worker.errors import ErrorCode, RequestError
-from worker.wire.fields import BOTH, EMBED, FIELDS, BodyField
+from worker.wire.fields import EMBED, FIELDS, GENERATE, BodyField
 from worker.wire.messages import Endpoint
 
 #: every engine kind in the table's columns, in order
@@ -37,9 +38,9 @@ def support(field: BodyField, engine: type[Engine]) -> str:
         return "refused"
     if field.treatment == "informational":
         return "accepted"
-    if field.treatment == "honoured" or field.name in engine.honours:
+    if field.treatment == "honoured" or field.engine_name in engine.honours:
         return "honoured"
-    return "no effect" if field.name in engine.inert else "refused"
+    return "no effect" if field.engine_name in engine.inert else "refused"
 
 
 def refusal(engine: Engine, sampling: ResolvedSampling, custom_id: str) -> RequestError | None:
@@ -86,7 +87,7 @@ def markdown() -> str:
     """The tables of docs/fields.md: one row per field, one column per engine kind; the
     generation endpoints first, then ``/v1/embeddings`` (``engine.task: embed``)."""
     rows = [
-        *_table(BOTH, "generate", ENGINE_KINDS),
+        *_table(GENERATE, "generate", ENGINE_KINDS),
         "",
         "`/v1/embeddings`, served by a worker with `engine.task: embed`:",
         "",

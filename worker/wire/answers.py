@@ -6,8 +6,11 @@ the request addressed returns: a ``chat.completion`` (``ChatCompletion`` in the 
 ``/v1/completions`` — one choice per ``n``, each with its ``logprobs`` in that endpoint's
 form when the request asked for them — and a ``list`` of ``embedding`` objects
 (``CreateEmbeddingResponse``) for ``/v1/embeddings``, each vector a list of numbers or,
-with ``encoding_format: base64``, the base64 of its little-endian float32 bytes. A failed
-result becomes an error line:
+with ``encoding_format: base64``, the base64 of its little-endian float32 bytes, and a
+``response`` (``openai.types.responses.Response``) for ``/v1/responses``: one assistant
+``message`` output item with one ``output_text`` part, ``status`` ``completed``, or
+``incomplete`` with ``incomplete_details.reason: max_output_tokens`` when the text was
+cut by length. A failed result becomes an error line:
 ``response.body.error`` is an OpenAI error object (``message``, ``type``, ``param``,
 ``code``) and the top-level ``error`` the batch line's own (``code``, ``message``,
 ``param``), as the SDK's ``ErrorObject`` and ``BatchError`` read them. ``code`` is
@@ -37,6 +40,8 @@ from worker.wire.messages import (
 def _ids(result: InferenceResult) -> tuple[str, str]:
     """``(request_id, response body id)``, derived from the stable result id."""
     digest = result.result_id.removeprefix("batch_req_")
+    if result.endpoint == "responses":
+        return f"req_{digest}", f"resp_{digest}"
     prefix = "chatcmpl" if result.endpoint == "chat" else "cmpl"
     return f"req_{digest}", f"{prefix}-{digest}"
 
@@ -110,10 +115,57 @@ def _embeddings_body(result: InferenceResult) -> dict[str, Any]:
     }
 
 
+def _responses_body(result: InferenceResult) -> dict[str, Any]:
+    """A Responses API ``response``. The request's own settings (instructions,
+    temperature, ...) are not carried by the result: they read as null, as the API allows."""
+    _, body_id = _ids(result)
+    cut = result.finish_reason == "length"
+    status = "incomplete" if cut else "completed"
+    usage = result.usage
+    message = {
+        "type": "message",
+        "id": f"msg_{body_id.removeprefix('resp_')}",
+        "status": status,
+        "role": "assistant",
+        "content": [
+            {"type": "output_text", "text": result.text, "annotations": [], "logprobs": []}
+        ],
+    }
+    return {
+        "id": body_id,
+        "object": "response",
+        "created_at": int(result.created_at),
+        "status": status,
+        "completed_at": None if cut else int(result.created_at),
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
+        "instructions": None,
+        "max_output_tokens": None,
+        "model": result.model,
+        "output": [message],
+        "parallel_tool_calls": False,  # no tools are ever called
+        "temperature": None,
+        "tool_choice": "none",
+        "tools": [],
+        "top_p": None,
+        "metadata": dict(result.metadata),
+        "usage": {
+            "input_tokens": usage.prompt_tokens,
+            # no prompt cache is billed or written here
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": usage.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+            "total_tokens": usage.total_tokens,
+        },
+    }
+
+
 def response_body(result: InferenceResult) -> dict[str, Any]:
     """The body the OpenAI endpoint answers for a completed result."""
     if result.endpoint == "embeddings":
         return _embeddings_body(result)
+    if result.endpoint == "responses":
+        return _responses_body(result)
     _, body_id = _ids(result)
     usage = result.usage
     return {

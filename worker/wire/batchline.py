@@ -7,10 +7,12 @@ Input line (``schemas/batch-input-line.schema.json``)::
      "metadata": {"k": "v"}, "priority": 0, "deadline": 1767225600.0}
 
 ``url`` is ``/v1/chat/completions`` (``messages``), ``/v1/completions`` (``prompt``,
-a string or a list of token ids) or ``/v1/embeddings`` (``input``, a string or a list of
-strings; ``encoding_format``, ``dimensions``). ``metadata`` may sit at the top level or in the body
-(both are merged, the top level wins). ``batch_id``, ``batch_total``, ``priority``,
-``deadline`` and ``submitted_at`` are optional top-level batchpipe extensions.
+a string or a list of token ids), ``/v1/embeddings`` (``input``, a string or a list of
+strings; ``encoding_format``, ``dimensions``) or ``/v1/responses`` (``input`` and
+``instructions``, run as chat messages: :mod:`worker.wire.responses`). ``metadata`` may
+sit at the top level or in the body (both are merged, the top level wins). ``batch_id``,
+``batch_total``, ``priority``, ``deadline`` and ``submitted_at`` are optional top-level
+batchpipe extensions.
 
 Nothing is silently ignored: a key the line, its body or a message does not define is
 4002 naming it, and so is a body field batchpipe refuses (:mod:`worker.wire.fields`
@@ -28,6 +30,7 @@ from typing import Any
 
 from worker.errors import ErrorCode, RequestError
 from worker.wire.fields import body_field
+from worker.wire.jsonfields import Fields
 from worker.wire.messages import (
     ChatMessage,
     EncodingFormat,
@@ -36,6 +39,13 @@ from worker.wire.messages import (
     SamplingParams,
 )
 from worker.wire.response_format import format_from_json, format_to_json
+from worker.wire.responses import (
+    RESPONSES_URL,
+    named_for_responses,
+    responses_body,
+    responses_messages,
+    responses_sampling,
+)
 from worker.wire.validation import check_custom_id, escaped, validate_request
 
 CHAT_URL = "/v1/chat/completions"
@@ -46,6 +56,7 @@ URLS: dict[str, Endpoint] = {
     CHAT_URL: "chat",
     COMPLETIONS_URL: "completions",
     EMBEDDINGS_URL: "embeddings",
+    RESPONSES_URL: "responses",
 }
 ENCODING_FORMATS: tuple[EncodingFormat, ...] = ("float", "base64")
 _OPTIONAL_FLOATS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
@@ -62,51 +73,7 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
-class _Fields:
-    """Typed access to one JSON object; wrong types are 4001 naming the field."""
-
-    def __init__(self, obj: Mapping[str, Any], where: str, custom_id: str | None) -> None:
-        self.obj, self.where, self.custom_id = obj, where, custom_id
-
-    def error(self, code: ErrorCode, message: str, param: str | None = None) -> RequestError:
-        return RequestError(code, message, self.custom_id, param=param)
-
-    def unknown(self, known: frozenset[str], why: str) -> None:
-        """4002 naming the first key of this object outside ``known``."""
-        for key in self.obj:
-            if key not in known:
-                raise self.error(
-                    ErrorCode.INVALID_PARAMETER, f"unknown field {self.where}{key}: {why}", key
-                )
-
-    def get(self, key: str, kind: type | tuple[type, ...], what: str) -> Any:
-        """The value of ``key``, None when absent or null."""
-        value = self.obj.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
-            raise self.error(ErrorCode.MALFORMED, f"{self.where}{key} must be {what}")
-        return value
-
-    def integer(self, key: str) -> int | None:
-        value: int | None = self.get(key, int, "an integer")
-        return value
-
-    def number(self, key: str) -> float | None:
-        value = self.get(key, (int, float), "a number")
-        try:
-            return None if value is None else float(value)
-        except OverflowError as exc:
-            raise self.error(ErrorCode.INVALID_PARAMETER, f"{key} is out of range") from exc
-
-    def string_map(self, key: str) -> dict[str, str]:
-        value = self.get(key, dict, "an object of strings") or {}
-        if not all(isinstance(v, str) for v in value.values()):
-            raise self.error(ErrorCode.MALFORMED, f"{self.where}{key} values must be strings")
-        return dict(value)
-
-
-def _content(part_list: Any, fields: _Fields, where: str) -> str:
+def _content(part_list: Any, fields: Fields, where: str) -> str:
     """A message's content: a string, or the text of a list of text parts."""
     if isinstance(part_list, str):
         return part_list
@@ -120,14 +87,14 @@ def _content(part_list: Any, fields: _Fields, where: str) -> str:
             raise fields.error(
                 ErrorCode.INVALID_PARAMETER, f"{where}: only text parts are supported"
             )
-        text = _Fields(part, f"{where}.", fields.custom_id).get("text", str, "a string")
+        text = Fields(part, f"{where}.", fields.custom_id).get("text", str, "a string")
         if text is None:
             raise fields.error(ErrorCode.MALFORMED, f"{where} text part has no text")
         texts.append(text)
     return "\n".join(texts)
 
 
-def _messages(body: _Fields) -> tuple[ChatMessage, ...]:
+def _messages(body: Fields) -> tuple[ChatMessage, ...]:
     raw = body.get("messages", list, "a list of messages")
     if raw is None:
         raise body.error(ErrorCode.MALFORMED, f"body.messages is required for {CHAT_URL}")
@@ -136,7 +103,7 @@ def _messages(body: _Fields) -> tuple[ChatMessage, ...]:
         where = f"body.messages[{i}]"
         if not isinstance(item, dict):
             raise body.error(ErrorCode.MALFORMED, f"{where} must be an object")
-        message = _Fields(item, f"{where}.", body.custom_id)
+        message = Fields(item, f"{where}.", body.custom_id)
         message.unknown(MESSAGE_KEYS, "a message is a role and its text content")
         role = message.get("role", str, "a string")
         if role is None:
@@ -145,7 +112,7 @@ def _messages(body: _Fields) -> tuple[ChatMessage, ...]:
     return tuple(messages)
 
 
-def _prompt(body: _Fields) -> tuple[str | None, tuple[int, ...]]:
+def _prompt(body: Fields) -> tuple[str | None, tuple[int, ...]]:
     raw = body.obj.get("prompt")
     if isinstance(raw, str):
         return raw, ()
@@ -156,7 +123,7 @@ def _prompt(body: _Fields) -> tuple[str | None, tuple[int, ...]]:
     )
 
 
-def _embedding_inputs(body: _Fields) -> tuple[str, ...]:
+def _embedding_inputs(body: Fields) -> tuple[str, ...]:
     """``input``: a string or a list of strings. Token arrays, which OpenAI also takes, are
     refused: the tokens would have to be the served model's own."""
     raw = body.obj.get("input")
@@ -178,7 +145,7 @@ def _embedding_inputs(body: _Fields) -> tuple[str, ...]:
     )
 
 
-def _encoding_format(body: _Fields) -> EncodingFormat:
+def _encoding_format(body: Fields) -> EncodingFormat:
     raw = body.get("encoding_format", str, "a string")
     for encoding in ENCODING_FORMATS:
         if raw in (None, encoding):
@@ -190,23 +157,45 @@ def _encoding_format(body: _Fields) -> EncodingFormat:
     )
 
 
-def _embeddings_request(custom_id: str, top: _Fields, body: _Fields) -> InferenceRequest:
+def _envelope(custom_id: str, top: Fields, body: Fields) -> dict[str, Any]:
+    """The fields every endpoint's request takes from the line's top level and ``model``."""
+    return {
+        "custom_id": custom_id,
+        "batch_id": top.get("batch_id", str, "a string") or "",
+        "batch_total": top.integer("batch_total") or 0,
+        "model": body.get("model", str, "a string") or "",
+        "priority": top.integer("priority") or 0,
+        "deadline": top.number("deadline"),
+        "submitted_at": top.number("submitted_at"),
+    }
+
+
+def _embeddings_request(custom_id: str, top: Fields, body: Fields) -> InferenceRequest:
     return InferenceRequest(
-        custom_id=custom_id,
-        batch_id=top.get("batch_id", str, "a string") or "",
-        batch_total=top.integer("batch_total") or 0,
-        model=body.get("model", str, "a string") or "",
+        **_envelope(custom_id, top, body),
         embedding_inputs=_embedding_inputs(body),
         encoding_format=_encoding_format(body),
         dimensions=body.integer("dimensions"),
         metadata=MappingProxyType(top.string_map("metadata")),
-        priority=top.integer("priority") or 0,
-        deadline=top.number("deadline"),
-        submitted_at=top.number("submitted_at"),
     )
 
 
-def _check_body(body: _Fields, endpoint: Endpoint, url: str) -> None:
+def _responses_request(custom_id: str, top: Fields, body: Fields) -> InferenceRequest:
+    req = InferenceRequest(
+        **_envelope(custom_id, top, body),
+        messages=responses_messages(body),
+        sampling=responses_sampling(body),
+        metadata=MappingProxyType({**body.string_map("metadata"), **top.string_map("metadata")}),
+        responses=True,
+    )
+    try:
+        validate_request(req)
+    except RequestError as exc:
+        raise named_for_responses(exc) from exc
+    return req
+
+
+def _check_body(body: Fields, endpoint: Endpoint, url: str) -> None:
     """4002 for a key ``url``'s body does not have, or a refused field that asks for something."""
     for key, value in body.obj.items():
         field = body_field(key, endpoint)
@@ -220,7 +209,7 @@ def _check_body(body: _Fields, endpoint: Endpoint, url: str) -> None:
             )
 
 
-def _logprobs(body: _Fields, endpoint: Endpoint) -> tuple[bool | None, int | None]:
+def _logprobs(body: Fields, endpoint: Endpoint) -> tuple[bool | None, int | None]:
     """``(logprobs, top_logprobs)``: chat takes a boolean and a count, completions a count."""
     if endpoint == "chat":
         return body.get("logprobs", bool, "a boolean"), body.integer("top_logprobs")
@@ -234,7 +223,7 @@ def _logprobs(body: _Fields, endpoint: Endpoint) -> tuple[bool | None, int | Non
     return (None, None) if count is None else (True, count)
 
 
-def _sampling(body: _Fields, endpoint: Endpoint) -> SamplingParams:
+def _sampling(body: Fields, endpoint: Endpoint) -> SamplingParams:
     max_tokens = body.integer("max_tokens")
     max_completion_tokens = body.integer("max_completion_tokens")
     if None not in (max_tokens, max_completion_tokens) and max_tokens != max_completion_tokens:
@@ -304,7 +293,7 @@ def _request_of(obj: Mapping[str, Any]) -> InferenceRequest:
     if not isinstance(custom_id, str) or not custom_id:
         raise RequestError(ErrorCode.MALFORMED, "custom_id must be a non-empty string")
     check_custom_id(custom_id)
-    top = _Fields(obj, "", custom_id)
+    top = Fields(obj, "", custom_id)
     top.unknown(LINE_KEYS, "not a batch line key")
     method, url = top.get("method", str, "a string"), top.get("url", str, "a string")
     raw_body = top.get("body", dict, "an object")
@@ -312,7 +301,7 @@ def _request_of(obj: Mapping[str, Any]) -> InferenceRequest:
         raise top.error(ErrorCode.MALFORMED, "a batch line needs method, url and body")
     if method != "POST":
         raise top.error(ErrorCode.INVALID_PARAMETER, f"method must be POST, got {method!r}")
-    body = _Fields(raw_body, "body.", custom_id)
+    body = Fields(raw_body, "body.", custom_id)
     messages: tuple[ChatMessage, ...] = ()
     prompt: str | None = None
     token_ids: tuple[int, ...] = ()
@@ -324,6 +313,8 @@ def _request_of(obj: Mapping[str, Any]) -> InferenceRequest:
         embeddings = _embeddings_request(custom_id, top, body)
         validate_request(embeddings)
         return embeddings
+    if endpoint == "responses":
+        return _responses_request(custom_id, top, body)
     if endpoint == "chat":
         messages = _messages(body)
     else:
@@ -331,24 +322,18 @@ def _request_of(obj: Mapping[str, Any]) -> InferenceRequest:
     thinking = body.get("enable_thinking", bool, "a boolean")
     template_kwargs = body.get("chat_template_kwargs", dict, "an object")
     if template_kwargs is not None:
-        kwargs = _Fields(template_kwargs, "body.chat_template_kwargs.", custom_id)
+        kwargs = Fields(template_kwargs, "body.chat_template_kwargs.", custom_id)
         kwargs.unknown(frozenset({"enable_thinking"}), "only enable_thinking is taken")
         if thinking is None:
             thinking = kwargs.get("enable_thinking", bool, "a boolean")
     req = InferenceRequest(
-        custom_id=custom_id,
-        batch_id=top.get("batch_id", str, "a string") or "",
-        batch_total=top.integer("batch_total") or 0,
-        model=body.get("model", str, "a string") or "",
+        **_envelope(custom_id, top, body),
         messages=messages,
         prompt=prompt,
         prompt_token_ids=token_ids,
         sampling=_sampling(body, endpoint),
         enable_thinking=thinking,
         metadata=MappingProxyType({**body.string_map("metadata"), **top.string_map("metadata")}),
-        priority=top.integer("priority") or 0,
-        deadline=top.number("deadline"),
-        submitted_at=top.number("submitted_at"),
     )
     validate_request(req)
     return req
@@ -357,6 +342,8 @@ def _request_of(obj: Mapping[str, Any]) -> InferenceRequest:
 def request_to_line(req: InferenceRequest) -> dict[str, Any]:
     """The batch input line of ``req``: ``parse_line(request_to_line(req)) == req``."""
     body: dict[str, Any] = {"model": req.model}
+    if req.responses:
+        return _line(req, RESPONSES_URL, responses_body(req))
     if req.embedding_inputs:
         url = EMBEDDINGS_URL
         body["input"] = list(req.embedding_inputs)
@@ -387,6 +374,11 @@ def request_to_line(req: InferenceRequest) -> dict[str, Any]:
         body["logprobs"] = s.top_logprobs or 0
     if req.enable_thinking is not None:
         body["enable_thinking"] = req.enable_thinking
+    return _line(req, url, body)
+
+
+def _line(req: InferenceRequest, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The batch line of ``req`` around its ``body``, with batchpipe's extensions."""
     line: dict[str, Any] = {"custom_id": req.custom_id, "method": "POST", "url": url, "body": body}
     extensions = {
         "metadata": dict(req.metadata) or None,

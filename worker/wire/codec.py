@@ -70,6 +70,7 @@ _ENDPOINT: dict[Endpoint, pb.Endpoint] = {
     "chat": pb.ENDPOINT_CHAT_COMPLETIONS,
     "completions": pb.ENDPOINT_COMPLETIONS,
     "embeddings": pb.ENDPOINT_EMBEDDINGS,
+    "responses": pb.ENDPOINT_RESPONSES,
 }
 _ENCODING: dict[EncodingFormat, pb.EncodingFormat] = {
     "float": pb.ENCODING_FORMAT_FLOAT,
@@ -183,6 +184,8 @@ def _request_to_pb(req: InferenceRequest) -> pb.InferenceRequest:
         submitted_at=req.submitted_at,
         encoding_format=_ENCODING[req.encoding_format],
         dimensions=req.dimensions,
+        # only /v1/responses needs saying: every other endpoint follows from the input
+        endpoint=pb.ENDPOINT_RESPONSES if req.responses else pb.ENDPOINT_UNSPECIFIED,
     )
     # Setting a oneof member selects it; the last one set would win, so set only one.
     if req.messages:
@@ -247,7 +250,7 @@ def _encoding_from_pb(number: int) -> EncodingFormat:
 
 def _request_from_pb(msg: pb.InferenceRequest) -> InferenceRequest:
     s = msg.sampling
-    return InferenceRequest(
+    req = InferenceRequest(
         custom_id=msg.custom_id,
         batch_id=msg.batch_id,
         batch_total=msg.batch_total,
@@ -278,7 +281,17 @@ def _request_from_pb(msg: pb.InferenceRequest) -> InferenceRequest:
         embedding_inputs=tuple(msg.embedding_inputs.texts),
         encoding_format=_encoding_from_pb(msg.encoding_format),
         dimensions=_present(msg, "dimensions"),
+        responses=msg.endpoint == pb.ENDPOINT_RESPONSES,
     )
+    said = _ENDPOINT_NAME.get(msg.endpoint)
+    if msg.endpoint != pb.ENDPOINT_UNSPECIFIED and said != req.endpoint:
+        raise RequestError(
+            ErrorCode.INVALID_PARAMETER,
+            f"endpoint {said or msg.endpoint!r} does not match the request's input "
+            f"({req.endpoint})",
+            param="endpoint",
+        )
+    return req
 
 
 def encode_request(req: InferenceRequest) -> tuple[bytes, list[tuple[str, bytes]]]:

@@ -16,7 +16,7 @@ Role = Literal["system", "user", "assistant", "tool", "developer"]
 FinishReason = Literal["stop", "length", "error"]
 Status = Literal["completed", "failed"]
 #: The OpenAI endpoint a request addressed; it decides the shape of the answer's body.
-Endpoint = Literal["chat", "completions", "embeddings"]
+Endpoint = Literal["chat", "completions", "embeddings", "responses"]
 #: How an embeddings answer writes its vectors (OpenAI's ``encoding_format``): JSON numbers,
 #: or base64 of their little-endian float32 bytes.
 EncodingFormat = Literal["float", "base64"]
@@ -93,7 +93,11 @@ class SamplingParams:
 class InferenceRequest:
     """One request. Exactly one of ``messages``, ``prompt``, ``prompt_token_ids`` or
     ``embedding_inputs`` is set; ``encoding_format`` and ``dimensions`` belong to the last
-    (``/v1/embeddings``), ``sampling`` and ``enable_thinking`` to the others."""
+    (``/v1/embeddings``), ``sampling`` and ``enable_thinking`` to the others.
+
+    ``responses`` marks messages that came as a ``/v1/responses`` request: the engines run
+    them as chat messages, and only the answer differs (a ``response`` object).
+    """
 
     custom_id: str
     batch_id: str = ""
@@ -111,11 +115,15 @@ class InferenceRequest:
     embedding_inputs: tuple[str, ...] = ()
     encoding_format: EncodingFormat = "float"
     dimensions: int | None = None
+    responses: bool = False
 
     @property
     def endpoint(self) -> Endpoint:
-        """``chat`` for messages (``/v1/chat/completions``), ``embeddings`` for embedding
-        inputs (``/v1/embeddings``), else ``completions``."""
+        """``responses`` when marked so (``/v1/responses``), ``chat`` for messages
+        (``/v1/chat/completions``), ``embeddings`` for embedding inputs
+        (``/v1/embeddings``), else ``completions``."""
+        if self.responses:
+            return "responses"
         if self.messages:
             return "chat"
         return "embeddings" if self.embedding_inputs else "completions"

@@ -22,6 +22,8 @@ from worker.errors import ErrorCode, RequestError
 from worker.wire.messages import InferenceRequest, SamplingParams
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
+#: the roles of a /v1/responses input message
+RESPONSES_ROLES = ROLES - {"tool"}
 MAX_STOP = 16
 MAX_N = 128  # OpenAI's bound on n
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs
@@ -149,7 +151,7 @@ def _check_output_options(req: InferenceRequest) -> None:
         if fmt.schema or fmt.name or fmt.strict is not None:
             raise _invalid(req, "response_format text takes no schema", "response_format")
         return
-    if req.endpoint != "chat":
+    if req.endpoint not in ("chat", "responses"):
         raise _invalid(req, "response_format is a chat completions field", "response_format")
     if fmt.type == "json_object" and (fmt.schema or fmt.name):
         raise _invalid(req, "response_format json_object takes no schema", "response_format")
@@ -159,6 +161,34 @@ def _check_output_options(req: InferenceRequest) -> None:
         problem = schema_problem(fmt.schema)
         if problem:
             raise _invalid(req, f"response_format json_schema.schema: {problem}", "response_format")
+
+
+#: the sampling settings a /v1/responses body can set (max_output_tokens, temperature,
+#: top_p, text.format); the Responses API has none of the others
+RESPONSES_SETTINGS = frozenset({"max_tokens", "temperature", "top_p", "response_format"})
+
+
+def _check_responses(req: InferenceRequest) -> None:
+    """A /v1/responses request holds what its body can say: messages of the roles it
+    takes, and only the settings it has (a protobuf producer could set the others)."""
+    if not req.responses:
+        return
+    if not req.messages:
+        raise _invalid(req, "a /v1/responses request takes input messages", "input")
+    for message in req.messages:
+        if message.role not in RESPONSES_ROLES:
+            roles = ", ".join(sorted(RESPONSES_ROLES))
+            raise _invalid(req, f"input role {message.role!r} is not one of {roles}", "input")
+    unset = SamplingParams()
+    asked = [
+        f.name
+        for f in fields(unset)
+        if f.name not in RESPONSES_SETTINGS
+        and getattr(req.sampling, f.name) != getattr(unset, f.name)
+    ]
+    asked += ["enable_thinking"] if req.enable_thinking is not None else []
+    if asked:
+        raise _invalid(req, f"{asked[0]} is not a /v1/responses field", asked[0])
 
 
 def _check_embeddings(req: InferenceRequest) -> None:
@@ -212,7 +242,8 @@ def validate_request(req: InferenceRequest) -> None:
     and carrying ``custom_id`` escaped if it is the culprit (:func:`check_custom_id`);
     4002, carrying ``req.custom_id``, for a value out of range, a missing or ambiguous
     input, an unknown message role, or options of another endpoint (sampling on an
-    embeddings request, ``encoding_format`` or ``dimensions`` on a generation one).
+    embeddings request, ``encoding_format`` or ``dimensions`` on a generation one, a
+    setting the Responses API lacks on a /v1/responses one).
     Limits that depend on the worker (tokens, model name) are checked by the worker.
     """
     if not req.custom_id:
@@ -232,6 +263,7 @@ def validate_request(req: InferenceRequest) -> None:
         raise _invalid(req, f"stop must hold at most {MAX_STOP} non-empty strings", "stop")
     _check_output_options(req)
     _check_embeddings(req)
+    _check_responses(req)
     _check_int(req, "batch_total", req.batch_total, 0, INT32_MAX)
     _check_int(req, "priority", req.priority, -INT32_MAX - 1, INT32_MAX)
     for name, when in (("deadline", req.deadline), ("submitted_at", req.submitted_at)):

@@ -113,7 +113,7 @@ def test_auth_ids_cursors_and_cancel(api_config: Config, serve: Serve, tmp_path:
             headers=ALICE,
             json={
                 "input_file_id": file.id,
-                "endpoint": "/v1/responses",
+                "endpoint": "/v1/moderations",
                 "completion_window": "24h",
             },
         )

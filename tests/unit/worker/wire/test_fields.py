@@ -10,6 +10,7 @@ import pytest
 from openai.types import completion_create_params as text_params
 from openai.types import embedding_create_params as embed_params
 from openai.types.chat import completion_create_params as chat_params
+from openai.types.responses import response_create_params as responses_params
 
 from worker.config import BatchingConfig, GenerationConfig
 from worker.engines import support
@@ -27,17 +28,20 @@ URLS: dict[Endpoint, str] = {
     "chat": "/v1/chat/completions",
     "completions": "/v1/completions",
     "embeddings": "/v1/embeddings",
+    "responses": "/v1/responses",
 }
-ENDPOINTS: tuple[Endpoint, ...] = ("chat", "completions", "embeddings")
+ENDPOINTS: tuple[Endpoint, ...] = ("chat", "completions", "embeddings", "responses")
 INPUTS: dict[Endpoint, dict[str, Any]] = {
     "chat": {"messages": [{"role": "user", "content": "hi"}]},
     "completions": {"prompt": "hi"},
     "embeddings": {"input": "hi"},
+    "responses": {"input": "hi"},
 }
 SDK_FIELDS: dict[Endpoint, set[str]] = {
     "chat": {*chat_params.CompletionCreateParamsBase.__annotations__, "stream"},
     "completions": {*text_params.CompletionCreateParamsBase.__annotations__, "stream"},
     "embeddings": {*embed_params.EmbeddingCreateParams.__annotations__},
+    "responses": {*responses_params.ResponseCreateParamsBase.__annotations__, "stream"},
 }
 #: a value of each field that asks for something; every field of the table has one
 ASKING: dict[str, Any] = {
@@ -89,13 +93,39 @@ ASKING: dict[str, Any] = {
     "repetition_penalty": 1.2,
     "enable_thinking": True,
     "chat_template_kwargs": {"enable_thinking": True},
+    "instructions": "be brief",
+    "max_output_tokens": 4,
+    "text": {"format": {"type": "json_object"}},
+    "include": ["message.output_text.logprobs"],
+    "reasoning": {"effort": "high"},
+    "previous_response_id": "resp_1",
+    "conversation": "conv_1",
+    "background": True,
+    "max_tool_calls": 3,
+    "truncation": "auto",
+    "context_management": [{"type": "compaction"}],
+    "background_options": {},
+    "access_programs": {},
+    "image": {},
+}
+#: where a name means another thing on /v1/responses: the value that asks for it there
+RESPONSES_ASKING: dict[str, Any] = {
+    "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+    "prompt": {"id": "pmpt_1"},
 }
 ids = itertools.count()
 
 
+def asking(name: str, endpoint: Endpoint) -> Any:
+    """A value of field ``name`` that asks for something on ``endpoint``."""
+    if endpoint == "responses":
+        return RESPONSES_ASKING.get(name, ASKING[name])
+    return ASKING[name]
+
+
 def line(endpoint: Endpoint, **body: Any) -> dict[str, Any]:
     full = {**INPUTS[endpoint], **body}
-    if "top_logprobs" in body and endpoint != "embeddings":
+    if "top_logprobs" in body and endpoint in BOTH:
         full["logprobs"] = True  # top_logprobs needs it
     if endpoint == "completions" and full.get("logprobs") is True:
         full["logprobs"] = 2  # the completions endpoint's logprobs is a count
@@ -120,19 +150,22 @@ def test_the_table_lists_sdk_fields_and_refuses_the_others(endpoint: Endpoint) -
     inputs = {"messages", "prompt", "input"}
     assert listed - extensions - inputs <= SDK_FIELDS[endpoint]
     for name in sorted(SDK_FIELDS[endpoint] - listed - inputs):
-        error = refusal(line(endpoint, **{name: ASKING.get(name, "anything")}))
+        value = asking(name, endpoint) if name in ASKING else "anything"
+        error = refusal(line(endpoint, **{name: value}))
         assert error.param == name and "unknown field" in error.message
 
 
 @pytest.mark.parametrize("field", FIELDS, ids=lambda f: f.name)
 def test_the_parser_does_what_the_table_says(field: Any) -> None:
     for endpoint in ENDPOINTS:
-        request = line(endpoint, **{field.name: ASKING[field.name]})
-        if body_field(field.name, endpoint) is None:
+        request = line(endpoint, **{field.name: asking(field.name, endpoint)})
+        # the row of this name on this endpoint (``field`` may be another endpoint's)
+        found = body_field(field.name, endpoint)
+        if found is None:
             assert refusal(request).param == field.name
-        elif field.treatment == "refused":
+        elif found.treatment == "refused":
             assert refusal(request).param == field.name
-            for value in (None, *field.neutral):
+            for value in (None, *found.neutral):
                 parse_line(line(endpoint, **{field.name: value}))
         else:
             parse_line(request)

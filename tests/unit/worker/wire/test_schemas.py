@@ -15,7 +15,7 @@ from worker.config import Config, ConfigError, load_config
 from worker.errors import ErrorCode, RequestError
 from worker.wire.answers import format_error_line, format_output_line
 from worker.wire.batchline import parse_line
-from worker.wire.messages import ErrorInfo, InferenceResult, Usage
+from worker.wire.messages import Endpoint, ErrorInfo, FinishReason, InferenceResult, Usage
 
 EXAMPLES = ROOT / "examples" / "requests.jsonl"
 
@@ -43,6 +43,23 @@ GOOD_LINES = [
     {**CHAT, "body": {**CHAT["body"], "stream": False, "stop": None, "user": "u"}},
     {**CHAT, "url": "/v1/completions", "body": {"prompt": "Once"}},
     {**CHAT, "url": "/v1/completions", "body": {"prompt": [1, 2, 3]}},
+    {**CHAT, "url": "/v1/responses", "body": {"input": "Hi", "instructions": "Be brief."}},
+    {
+        **CHAT,
+        "url": "/v1/responses",
+        "body": {
+            "input": [
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "a"}],
+                }
+            ],
+            "max_output_tokens": 8,
+            "store": False,
+            "text": {"format": {"type": "json_schema", "name": "n", "schema": {"type": "object"}}},
+        },
+    },
 ]
 BAD_LINES = [
     {k: v for k, v in CHAT.items() if k != "custom_id"},
@@ -60,6 +77,10 @@ BAD_LINES = [
     {**CHAT, "unknown_top_level_key": 1},
     {**CHAT, "metadata": {"k": 1}},
     {**CHAT, "url": "/v1/completions", "body": {"prompt": ["a"]}},
+    {**CHAT, "url": "/v1/responses"},
+    {**CHAT, "url": "/v1/responses", "body": {"input": "Hi", "reasoning": {"effort": "low"}}},
+    {**CHAT, "url": "/v1/responses", "body": {"input": "Hi", "store": True}},
+    {**CHAT, "url": "/v1/responses", "body": {"input": [{"role": "tool", "content": "x"}]}},
 ]
 
 
@@ -98,8 +119,14 @@ def test_formatted_lines_match_their_schemas() -> None:
         model="m",
         created_at=1.0,
     )
-    for endpoint in ("chat", "completions"):
-        line = format_output_line(replace(completed, endpoint=endpoint))
+    ends: tuple[tuple[Endpoint, FinishReason], ...] = (
+        ("chat", "stop"),
+        ("completions", "stop"),
+        ("responses", "stop"),
+        ("responses", "length"),
+    )
+    for endpoint, finish in ends:
+        line = format_output_line(replace(completed, endpoint=endpoint, finish_reason=finish))
         OUTPUT.validate(line)
         assert not ERROR.is_valid(line)
     for code in ErrorCode:

@@ -20,6 +20,7 @@ class Endpoint(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ENDPOINT_CHAT_COMPLETIONS: _ClassVar[Endpoint]
     ENDPOINT_COMPLETIONS: _ClassVar[Endpoint]
     ENDPOINT_EMBEDDINGS: _ClassVar[Endpoint]
+    ENDPOINT_RESPONSES: _ClassVar[Endpoint]
 
 class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -40,6 +41,7 @@ ENDPOINT_UNSPECIFIED: Endpoint
 ENDPOINT_CHAT_COMPLETIONS: Endpoint
 ENDPOINT_COMPLETIONS: Endpoint
 ENDPOINT_EMBEDDINGS: Endpoint
+ENDPOINT_RESPONSES: Endpoint
 STATUS_UNSPECIFIED: Status
 STATUS_COMPLETED: Status
 STATUS_FAILED: Status
@@ -117,7 +119,7 @@ class SamplingParams(_message.Message):
     def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., n: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ...) -> None: ...
 
 class InferenceRequest(_message.Message):
-    __slots__ = ("custom_id", "batch_id", "batch_total", "model", "messages", "prompt", "prompt_token_ids", "embedding_inputs", "sampling", "enable_thinking", "metadata", "priority", "deadline", "submitted_at", "encoding_format", "dimensions")
+    __slots__ = ("custom_id", "batch_id", "batch_total", "model", "messages", "prompt", "prompt_token_ids", "embedding_inputs", "sampling", "enable_thinking", "metadata", "priority", "deadline", "submitted_at", "encoding_format", "dimensions", "endpoint")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -141,6 +143,7 @@ class InferenceRequest(_message.Message):
     SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
     ENCODING_FORMAT_FIELD_NUMBER: _ClassVar[int]
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     custom_id: str
     batch_id: str
     batch_total: int
@@ -157,7 +160,8 @@ class InferenceRequest(_message.Message):
     submitted_at: float
     encoding_format: EncodingFormat
     dimensions: int
-    def __init__(self, custom_id: _Optional[str] = ..., batch_id: _Optional[str] = ..., batch_total: _Optional[int] = ..., model: _Optional[str] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., embedding_inputs: _Optional[_Union[EmbeddingInputs, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., enable_thinking: _Optional[bool] = ..., metadata: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., deadline: _Optional[float] = ..., submitted_at: _Optional[float] = ..., encoding_format: _Optional[_Union[EncodingFormat, str]] = ..., dimensions: _Optional[int] = ...) -> None: ...
+    endpoint: Endpoint
+    def __init__(self, custom_id: _Optional[str] = ..., batch_id: _Optional[str] = ..., batch_total: _Optional[int] = ..., model: _Optional[str] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., embedding_inputs: _Optional[_Union[EmbeddingInputs, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., enable_thinking: _Optional[bool] = ..., metadata: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., deadline: _Optional[float] = ..., submitted_at: _Optional[float] = ..., encoding_format: _Optional[_Union[EncodingFormat, str]] = ..., dimensions: _Optional[int] = ..., endpoint: _Optional[_Union[Endpoint, str]] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ("token", "logprob", "top_logprobs")
