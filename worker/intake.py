@@ -23,6 +23,7 @@ from worker.jobs import Identity, Job, Source, failed
 from worker.wire.batchline import URLS
 from worker.wire.codec import CodecLimits, Headers, decode_request
 from worker.wire.messages import Endpoint, InferenceRequest, InferenceResult
+from worker.wire.responses import named_for_responses
 
 _URL_OF: dict[Endpoint, str] = {endpoint: url for url, endpoint in URLS.items()}
 
@@ -75,6 +76,8 @@ class Intake:
             request = decode_request(value, headers, self._limits)
             return self._admit(request, source, now)
         except RequestError as exc:
+            if request is not None and request.responses:
+                exc = named_for_responses(exc)  # the field as the line named it
             custom_id = exc.custom_id or (request.custom_id if request else None)
             if not custom_id:
                 return DeadLetter(source, value, _pairs(headers), exc.code, exc.message)

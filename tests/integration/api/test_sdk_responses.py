@@ -24,7 +24,11 @@ pytestmark = pytest.mark.integration
 URL = "/v1/responses"
 SCHEMA = {
     "type": "object",
-    "properties": {"colour": {"type": "string"}, "count": {"type": "integer"}},
+    # bounded, so that a small model's JSON ends well within max_output_tokens
+    "properties": {
+        "colour": {"type": "string", "maxLength": 16},
+        "count": {"type": "integer", "minimum": 0, "maximum": 100},
+    },
     "required": ["colour", "count"],
     "additionalProperties": False,
 }
@@ -39,7 +43,7 @@ BODIES: dict[str, dict[str, Any]] = {
     "schema": {
         "input": "Give a colour and a count as JSON.",
         "text": {"format": {"type": "json_schema", "name": "colour", "schema": SCHEMA}},
-        "max_output_tokens": 64,
+        "max_output_tokens": 96,
     },
     "cut": {"input": "Count from one to one hundred in words, please.", "max_output_tokens": 2},
 }

@@ -13,7 +13,11 @@ from typing import Any
 import pytest
 
 from tests.openai_sdk import Response, sdk_line
+from worker.config import BatchingConfig, GenerationConfig
+from worker.engines.echo import EchoEngine
 from worker.errors import ErrorCode, RequestError
+from worker.intake import Intake, Rejection
+from worker.jobs import Identity, Source
 from worker.wire.answers import format_error_line, format_output_line
 from worker.wire.batchline import parse_line, request_to_line
 from worker.wire.codec import CodecLimits, decode_request, encode_request
@@ -251,3 +255,28 @@ def test_an_answer_cut_by_length_is_incomplete() -> None:
 def test_a_failed_responses_request_is_an_error_line() -> None:
     failed = replace(RESULT, status="failed", error=ErrorInfo(4002, "no", "text"))
     assert format_error_line(failed)["response"]["body"]["error"]["param"] == "text"
+
+
+class Plain(EchoEngine):
+    """An engine that honours no optional field."""
+
+    honours = frozenset()
+    inert = frozenset()
+
+
+def test_admission_names_the_responses_field_an_engine_refuses() -> None:
+    """A structured-output format the engine does not honour is 4002 naming ``text``, the
+    field the line set, not the internal ``response_format``."""
+    engine = Plain()
+    intake = Intake(
+        engine,
+        Identity("w", engine.model_name),
+        BatchingConfig(),
+        GenerationConfig(),
+        LIMITS,
+    )
+    request = parse_line(line(model="", text={"format": {"type": "json_object"}}))
+    outcome = intake.take(Source("t", 0, 0), *encode_request(request), 0.0)
+    assert isinstance(outcome, Rejection) and outcome.result.error is not None
+    assert (outcome.result.error.code, outcome.result.error.param) == (4002, "text")
+    assert outcome.result.endpoint == "responses"
