@@ -63,6 +63,10 @@ class OffsetTracker:
                 result[partition] = position
         return result
 
+    def advanced(self) -> bool:
+        """Whether some partition has answered offsets its last commit did not cover."""
+        return any(s.position() > s.committed for s in self._parts.values())
+
     def mark_committed(self, offsets: Mapping[Partition, int]) -> None:
         """Record a successful commit; partitions forgotten meanwhile are ignored."""
         for partition, offset in offsets.items():

@@ -16,7 +16,7 @@ from its committed offset, here or by its new owner.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Collection, Iterable
 
 from batcher import Partition
@@ -28,29 +28,44 @@ class HeldRecords:
 
     def __init__(self) -> None:
         self._records: deque[Record] = deque()
+        # kept per partition so that :meth:`count` never walks the deque: the lag probe
+        # calls it from its own thread while the loop changes the records
+        self._counts: Counter[Partition] = Counter()
 
     def __len__(self) -> int:
         return len(self._records)
 
     def hold(self, records: Iterable[Record]) -> None:
         """Keep ``records`` (in read order) for :meth:`take`."""
-        self._records.extend(records)
+        for record in records:
+            self._records.append(record)
+            self._counts[_partition(record)] += 1
 
     def take(self, room: int) -> list[Record]:
         """The oldest ``room`` held records, no longer held."""
         taken: list[Record] = []
         while self._records and len(taken) < room:
-            taken.append(self._records.popleft())
+            record = self._records.popleft()
+            self._counts[_partition(record)] -= 1
+            taken.append(record)
         return taken
 
     def count(self, partition: Partition) -> int:
         """How many records of ``partition`` are held."""
-        return sum((r.topic(), r.partition()) == partition for r in self._records)
+        return self._counts.get(partition, 0)
 
     def release(self, partitions: Collection[Partition]) -> int:
         """Let go of the records of ``partitions``; returns how many there were."""
         moved = set(partitions)
-        kept = [r for r in self._records if (r.topic(), r.partition()) not in moved]
+        kept = [r for r in self._records if _partition(r) not in moved]
         released = len(self._records) - len(kept)
         self._records = deque(kept)
+        for partition in moved:
+            self._counts.pop(partition, None)
         return released
+
+
+def _partition(record: Record) -> Partition:
+    topic, number = record.topic(), record.partition()
+    assert topic is not None and number is not None
+    return topic, number

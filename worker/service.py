@@ -154,6 +154,8 @@ class Worker:
         self.health.set_model_loaded(True)
         try:
             self._start_kafka()
+            if self.config.metrics.enabled:  # the lag is a metric: nothing reads it otherwise
+                self.lag.start()
             return self._loop()
         except FatalKafkaError as exc:
             log.error("fatal Kafka error, exiting: %s", exc)
@@ -166,7 +168,7 @@ class Worker:
         self.clients.ensure_topics([k.requests_topic, k.results_topic, k.dead_letter_topic])
         self._stops = Cancellations(self.clients.control())
         self._consumer = self.clients.consumer()
-        self._lag = LagProbe(self._consumer, self.metrics, self._unanswered)
+        self._lag = LagProbe(self._consumer, self.clients.offsets(), self.metrics, self._unanswered)
         self._publisher = self.clients.publisher(
             self._consumer, self.ledger.tracker, self.metrics.transaction
         )
@@ -222,7 +224,6 @@ class Worker:
         self._publish_and_commit(now)
         self._adapt(now)
         self._flow(now, draining)
-        self.lag.maybe_measure(now)
         self._summary.maybe_log(now, self.metrics.snapshot())
 
     def _drain(self) -> None:
@@ -237,6 +238,8 @@ class Worker:
 
     def _shutdown(self) -> None:
         # after a fatal Kafka error every commit fails again: the worker still leaves cleanly
+        if self._lag is not None:
+            self._lag.stop()  # its queries use the consumer
         if self._consumer is not None:
             try:
                 if self._publisher is not None:
@@ -340,7 +343,8 @@ class Worker:
             self._rewind(aborted)
         try:
             self._publisher.poll()
-            self._publisher.maybe_commit(now)
+            idle = not self.engine_stage.busy and not len(self.batcher)
+            self._publisher.maybe_commit(now, idle)
         except TransactionAborted as exc:
             log.warning("%s; consuming those records again", exc)
             self._rewind(exc.partitions)

@@ -39,6 +39,12 @@ class KafkaClients(ABC):
         """A consumer of ``kafka.group_id`` that commits only when told; not subscribed."""
 
     @abstractmethod
+    def offsets(self) -> KafkaConsumer:
+        """A consumer of ``kafka.group_id`` for offset queries only (end offsets, committed
+        offsets), never subscribed: a connection of its own, so that a slow query never
+        waits in line before the worker's fetches and commits."""
+
+    @abstractmethod
     def publisher(
         self, consumer: KafkaConsumer, tracker: OffsetTracker, on_outcome: OnOutcome
     ) -> Publisher:
@@ -63,6 +69,9 @@ class ConfluentClients(KafkaClients):
         )
 
     def consumer(self) -> KafkaConsumer:
+        return clients.consumer(self.kafka)
+
+    def offsets(self) -> KafkaConsumer:
         return clients.consumer(self.kafka)
 
     def publisher(

@@ -3,7 +3,12 @@
 librdkafka's statistics report ``consumer_lag`` -1 (unknown) for a partition it has not
 fetched since it was assigned — one assigned while the worker was paused, for instance —
 and a sum that skips unknown partitions reads 0 with a backlog waiting. So the worker
-measures lag itself, every :data:`INTERVAL_S` and as soon as its assignment changes:
+measures lag itself, every :data:`INTERVAL_S` and as soon as its assignment changes, on a
+thread of its own (:meth:`LagProbe.start`): each query is a broker round trip (on the
+embedded broker, up to a second for one partition), and measured from the worker loop it
+held requests back for seconds while the engine idled (issue 29). librdkafka's consumer
+handle is thread-safe for these queries; the loop's own state is read only through
+``unanswered``, which must be safe to call from another thread.
 
     lag = end offset − the consumer's position + records read but not answered yet
 
@@ -19,6 +24,7 @@ A partition whose end or start cannot be read is *unknown* — counted in
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -31,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: seconds between two measurements of an unchanged assignment
 INTERVAL_S = 5.0
+#: how often the probe's thread looks for a changed assignment
+WATCH_S = 0.25
 #: the most one broker query may block the worker loop; after one query fails, the
 #: partitions left in that measurement are unknown without asking
 QUERY_TIMEOUT_S = 1.0
@@ -40,23 +48,52 @@ Unanswered = Callable[[Partition], int]
 
 
 class LagProbe:
-    """Measures the lag of ``consumer``'s assignment into ``metrics``."""
+    """Measures the lag of ``consumer``'s assignment into ``metrics``.
+
+    ``queries`` answers the broker queries (end and committed offsets): a client of its
+    own, never the worker's ``consumer``, whose position and assignment are read locally.
+    """
 
     def __init__(
-        self, consumer: KafkaConsumer, metrics: WorkerMetrics, unanswered: Unanswered
+        self,
+        consumer: KafkaConsumer,
+        queries: KafkaConsumer,
+        metrics: WorkerMetrics,
+        unanswered: Unanswered,
     ) -> None:
         self._consumer = consumer
+        self._queries = queries
         self._metrics = metrics
         self._unanswered = unanswered
-        self._next = 0.0
         self._measured: frozenset[Partition] = frozenset()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    def maybe_measure(self, now: float) -> None:
-        """Measure if :data:`INTERVAL_S` passed or the assignment changed since last time."""
-        assignment = frozenset(_pairs(self._consumer.assignment()))
-        if now >= self._next or assignment != self._measured:
-            self.measure()
-            self._next = now + INTERVAL_S
+    def start(self) -> None:
+        """Measure on a daemon thread until :meth:`stop`."""
+        self._thread = threading.Thread(target=self._run, name="batchpipe-lag", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop measuring; returns once no query is under way (before the consumer closes)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(INTERVAL_S + 2 * QUERY_TIMEOUT_S)
+            if self._queries is not self._consumer:
+                self._queries.close()
+
+    def _run(self) -> None:
+        waited = INTERVAL_S  # measure at once
+        while not self._stop.is_set():
+            assignment = frozenset(_pairs(self._consumer.assignment()))
+            if waited >= INTERVAL_S or assignment != self._measured:
+                try:
+                    self.measure()
+                except (KafkaException, RuntimeError) as exc:  # closed under it, or down
+                    log.debug("lag not measured: %s", exc)
+                waited = 0.0
+            self._stop.wait(WATCH_S)
+            waited += WATCH_S
 
     def measure(self) -> Mapping[Partition, int | None]:
         """Lag per assigned partition (None: unknown), published to the metrics."""
@@ -80,7 +117,7 @@ class LagProbe:
     def _ends(self, tp: TopicPartition) -> tuple[int, int] | None:
         """(low watermark, end offset) of ``tp``; None when the broker does not answer."""
         try:
-            low, high = self._consumer.get_watermark_offsets(
+            low, high = self._queries.get_watermark_offsets(
                 tp, timeout=QUERY_TIMEOUT_S, cached=False
             )
             _, fetched = self._consumer.get_watermark_offsets(tp, cached=True)
@@ -107,7 +144,7 @@ class LagProbe:
     def _committed(self, partitions: list[TopicPartition]) -> dict[Partition, int]:
         """The group's committed offsets (negative: none); empty when they cannot be read."""
         try:
-            found = self._consumer.committed(partitions, timeout=QUERY_TIMEOUT_S)
+            found = self._queries.committed(partitions, timeout=QUERY_TIMEOUT_S)
         except KafkaException as exc:
             log.debug("committed offsets unknown: %s", exc)
             return {}

@@ -463,6 +463,9 @@ class FakeClients(KafkaClients):
     def consumer(self) -> FakeConsumer:
         return self.fake_consumer
 
+    def offsets(self) -> FakeConsumer:
+        return self.fake_consumer  # one in-memory broker: nothing waits in line
+
     def publisher(
         self, consumer: KafkaConsumer, tracker: OffsetTracker, on_outcome: OnOutcome
     ) -> Publisher:
