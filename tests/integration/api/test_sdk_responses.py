@@ -2,7 +2,8 @@
 (issue 26): a plain line, an ``instructions`` line, a ``json_schema`` line and one cut
 by ``max_output_tokens``; every output body reads as the SDK's ``Response`` and the
 schema line's text validates against its schema. Once on the echo engine, and once
-(marker ``model``) on the default real model, SmolLM2-135M-Instruct on vLLM (CPU)."""
+(marker ``model``) on the default real model, SmolLM2-135M-Instruct on CPU, with vLLM and
+with transformers (hf)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from tests.integration.api.conftest import Serve
 from tests.integration.api.test_sdk_model import completed_output
 from tests.openai_sdk import Response, sdk_line
-from worker.config import Config, EngineConfig
+from worker.config import Config, EngineConfig, EngineKind
 
 pytestmark = pytest.mark.integration
 
@@ -100,11 +101,12 @@ def test_responses_batch_on_echo(api_config: Config, serve: Serve, tmp_path: Pat
 
 
 @pytest.mark.model
+@pytest.mark.parametrize("kind", ["vllm", "hf"])
 def test_responses_batch_on_the_default_model(
-    api_config: Config, serve: Serve, tmp_path: Path
+    api_config: Config, serve: Serve, tmp_path: Path, kind: EngineKind
 ) -> None:
-    # the default model, on the engine the default kind runs where vllm imports
-    config = replace(api_config, engine=EngineConfig(kind="vllm"))
+    """vllm is what the default kind runs where vllm imports, hf where it does not."""
+    config = replace(api_config, engine=EngineConfig(kind=kind))
     source = batch_file(tmp_path / "in.jsonl", config.engine.model)
     parsed = responses(completed_output(config, serve, source, URL))
     assert parsed["plain"].output_text and parsed["instructions"].output_text
