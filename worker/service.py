@@ -343,7 +343,7 @@ class Worker:
             self._rewind(aborted)
         try:
             self._publisher.poll()
-            idle = not self.engine_stage.busy and not len(self.batcher)
+            idle = not self.engine_stage.busy
             self._publisher.maybe_commit(now, idle)
         except TransactionAborted as exc:
             log.warning("%s; consuming those records again", exc)

@@ -121,9 +121,10 @@ class Publisher(ABC):
         """Commit every ``commit_interval_ms``, or at once when the worker is ``idle``.
 
         The interval gathers the answers of several batches into one transaction under
-        load. With nothing queued or on the engine no more answers are coming, and
-        waiting out the interval would only add it to every answer's latency at light
-        load (issue 29): what is answered is committed now.
+        load. With nothing on the engine no more answers are coming before the next batch
+        is formed (at light load, ``timeout_ms`` away), and waiting out the interval
+        would only add it to every answer's latency (issue 29): what is answered is
+        committed now.
         """
         if now - self._last_commit >= self._interval_s or (idle and self._tracker.advanced()):
             self.commit()
