@@ -119,7 +119,7 @@ class HFEngine(StaticEngine):
             raise ModelLoadError(f"cannot load model {self._config.model!r}: {exc}") from exc
         self._model = model
         self._encoder = ChatEncoder(tokenizer, vocab)
-        self._eos = eos_token_ids(model, tokenizer)
+        self._eos = eos_token_ids(model.generation_config.eos_token_id, tokenizer)
         self._pad = int(tokenizer.pad_token_id)
         self._pool = PinnedBufferPool(
             self.device, self._batching.max_batch_tokens, pin=self._config.pinned_memory

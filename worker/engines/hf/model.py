@@ -96,10 +96,10 @@ def prepare_model(model: Any, tokenizer: Any, device: torch.device) -> Any:
     return model
 
 
-def eos_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
-    """Every id that ends a generation: the tokenizer's EOS and the model's."""
+def eos_token_ids(configured: int | Sequence[int] | None, tokenizer: Any) -> frozenset[int]:
+    """Every id that ends a generation: the tokenizer's EOS and ``configured``, the
+    ``eos_token_id`` of the model's generation config."""
     ids: set[int] = set()
-    configured = model.generation_config.eos_token_id
     if isinstance(configured, int):
         ids.add(configured)
     elif configured is not None:

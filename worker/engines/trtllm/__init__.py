@@ -7,10 +7,11 @@ and :mod:`~worker.engines.trtllm.loop` is the event loop that lives as long as t
 What was verified, and how: written against TensorRT-LLM 1.2.x's LLM API (PyTorch
 backend; the project pins ``tensorrt-llm==1.2.1``) as read from the NVIDIA/TensorRT-LLM
 sources, file by file in each module's docstring. It has NOT been executed against
-TensorRT-LLM: no machine of this project's CI has an NVIDIA GPU. Its unit tests drive it
-through a stand-in package (``tests/unit/worker/engines/fake_trtllm``) with the same API
-surface; the tests against the real package skip with the reason
-"tensorrt_llm not installed (needs an NVIDIA GPU); not run on this machine".
+TensorRT-LLM: CI has no NVIDIA GPU, and the GPU machine lent to this project cannot take
+TensorRT-LLM's wheel (far over what can be carried there; no network). Its unit tests
+drive it through a stand-in package (``tests/unit/worker/engines/fake_trtllm``), as strict
+as those sources on each point where the engine was once wrong; the tests against the
+real package skip with "tensorrt_llm not installed (needs an NVIDIA GPU; ...)".
 """
 
 from worker.engines.trtllm.engine import TrtLlmEngine, TrtLlmFailed

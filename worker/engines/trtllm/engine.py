@@ -22,6 +22,15 @@ backend to enforce it.
 A request with ``n`` choices runs as ``n`` TensorRT-LLM requests of one choice, choice
 ``i`` seeded ``seed + i`` as on every engine here (TensorRT-LLM's own ``n`` refuses greedy
 decoding and draws every choice from one seed; :mod:`~worker.engines.trtllm.mapping`).
+
+What 1.2.1 does not do, and what the engine does about it: ``TorchSampler``
+(``tensorrt_llm/_torch/pyexecutor/sampler.py``, the default ``sampler_type`` "auto" of
+``TorchLlmArgs`` in ``llm_args.py``) applies no penalty and seeds one generator 42 for
+every request, so ``seed`` and the three penalties are refused (4002 naming the field)
+rather than silently ignored; the grammar matcher compiles every schema strictly, so
+``strict: false`` is refused; ``LLM.shutdown()`` aborts pending results through the
+request queue (``executor/proxy.py``, ``pre_shutdown``), so it runs on the loop's thread,
+the one thread that writes to that queue.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.engines.base import Capacity, Completion, EngineInput
+from worker.engines.base import MODEL_ENGINE_FIELDS, Capacity, Completion, EngineInput
 from worker.engines.library import LibraryEngine
 from worker.engines.models import locate_model
 from worker.engines.trtllm.loop import LoopThread
@@ -47,6 +56,10 @@ from worker.engines.trtllm.mapping import (
 )
 from worker.engines.utilization import gpu_counter
 from worker.errors import BatchpipeError, ErrorCode, ModelLoadError
+from worker.wire.messages import ResponseFormat
+
+#: how long close() waits for TensorRT-LLM's shutdown on the loop's thread
+SHUTDOWN_TIMEOUT_S = 120.0
 
 
 class TrtLlmFailed(BatchpipeError, RuntimeError):
@@ -75,12 +88,20 @@ class TrtLlmEngine(LibraryEngine):
     """``tensorrt_llm.LLM`` serving a local Hugging Face checkpoint directory."""
 
     kind = "trtllm"
+    # TorchSampler of 1.2.x ignores these silently (see the module docstring): refused
+    honours = MODEL_ENGINE_FIELDS - {
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+    }
 
     def _init_state(self) -> None:
         self._llm: Any = None
         self._sampling_params: Any = None
         self._guided_decoding: Any = None
         self._request_error: type[Exception] = RuntimeError
+        self._stop_token_ids: tuple[int, ...] = ()  # the model's EOS ids beside end_id
         self._loop: LoopThread | None = None
         self._gpu_counter: Callable[[], float] | None = None
         self._busy = contextlib.ExitStack()  # open while any request is in flight
@@ -107,7 +128,7 @@ class TrtLlmEngine(LibraryEngine):
                 "the trtllm engine needs TensorRT-LLM, which needs an NVIDIA GPU "
                 f"(pip install 'batchpipe[trtllm]'): tensorrt_llm is not importable: {exc}"
             ) from exc
-        from worker.engines.hf.model import ChatEncoder, load_tokenizer
+        from worker.engines.hf.model import ChatEncoder, eos_token_ids, load_tokenizer
 
         source = locate_model(self._config.model)
         if source.gguf_file:
@@ -116,6 +137,10 @@ class TrtLlmEngine(LibraryEngine):
                 "set engine.model to a local model directory"
             )
         tokenizer = load_tokenizer(source)
+        configured = _generation_eos(source.directory)
+        self._stop_token_ids = tuple(
+            sorted(eos_token_ids(configured, tokenizer) - {tokenizer.eos_token_id})
+        )
         try:
             self._llm = LLM(
                 model=str(source.directory),
@@ -192,16 +217,28 @@ class TrtLlmEngine(LibraryEngine):
         return self._gpu_counter() if self._gpu_counter is not None else busy
 
     def close(self) -> None:
-        if self._loop is not None:
+        loop, llm = self._loop, self._llm
+        if loop is not None:
             with self._lock:
                 keys = list(self._running)
             self.abort(keys)
-        if self._llm is not None:
-            self._llm.shutdown()
-            self._llm = None
-        if self._loop is not None:
-            self._loop.stop(timeout_s=10.0)
-            self._loop = None
+            if llm is not None:
+                # after the aborts, on the loop's thread: shutdown aborts what is still
+                # pending through the request queue, which only that thread writes to
+                loop.call_and_wait(llm.shutdown, timeout_s=SHUTDOWN_TIMEOUT_S)
+            loop.stop(timeout_s=10.0)
+        elif llm is not None:
+            llm.shutdown()
+        self._llm = self._loop = None
+
+    def format_problem(self, fmt: ResponseFormat) -> str | None:
+        if fmt.type == "json_schema" and not fmt.strict_mode:
+            # grammar_matcher.py compiles every schema in xgrammar's strict mode
+            return (
+                "strict: false is not supported by TensorRT-LLM, which compiles every "
+                "schema strictly (no members beyond those listed); send strict: true"
+            )
+        return super().format_problem(fmt)
 
     # -- on the loop's thread --------------------------------------------------------
 
@@ -245,8 +282,13 @@ class TrtLlmEngine(LibraryEngine):
             self._fail(exc)
         else:
             outputs = [result.outputs[0] for result in results]
-            decode = self._encoder.decode
-            self._finish(run, completion(item, outputs, lambda token: decode([token])))
+            try:
+                done = completion(item, outputs, self._encoder.decode)
+            except Exception as exc:  # one answer that cannot be read fails alone
+                done = failed(
+                    item, ErrorCode.ENGINE_FAILED, f"TensorRT-LLM's answer is unusable: {exc}"
+                )
+            self._finish(run, done)
 
     def _params(self, item: EngineInput, choice: int) -> Any:
         """``SamplingParams`` of choice ``choice`` of ``item`` (seeded ``seed + choice``)."""
@@ -254,7 +296,9 @@ class TrtLlmEngine(LibraryEngine):
         guide = guide_kwargs(s.response_format)
         return self._sampling_params(
             **{
-                **sampling_kwargs(s, ignore_eos=self._ignore_eos),
+                **sampling_kwargs(
+                    s, ignore_eos=self._ignore_eos, stop_token_ids=self._stop_token_ids
+                ),
                 "seed": s.choice_seed(choice),
                 "guided_decoding": None if guide is None else self._guided_decoding(**guide),
             }
@@ -304,3 +348,15 @@ class TrtLlmEngine(LibraryEngine):
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
             raise TrtLlmFailed(f"TensorRT-LLM failed: {self._failure}") from self._failure
+
+
+def _generation_eos(directory: object) -> int | list[int] | None:
+    """``eos_token_id`` of the model's ``generation_config.json``; None without one."""
+    from transformers import GenerationConfig
+
+    try:
+        config = GenerationConfig.from_pretrained(str(directory))
+    except OSError:  # no generation_config.json: the tokenizer's EOS alone
+        return None
+    eos: int | list[int] | None = config.eos_token_id
+    return eos

@@ -38,6 +38,22 @@ class LoopThread:
         """Call ``function(*args)`` on the loop's thread, soon."""
         self.loop.call_soon_threadsafe(function, *args)
 
+    def call_and_wait(self, function: Callable[[], object], timeout_s: float) -> None:
+        """Call ``function()`` on the loop's thread after what is already scheduled there,
+        and wait for it; its exception is raised here."""
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                function()
+            except BaseException as exc:
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+
+        self.loop.call_soon_threadsafe(run)
+        done.result(timeout=timeout_s)
+
     def stop(self, timeout_s: float) -> None:
         """Cancel what still runs, stop the loop and wait up to ``timeout_s`` for its thread."""
         if self.loop.is_closed():

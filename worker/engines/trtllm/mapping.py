@@ -31,7 +31,16 @@ Read from the NVIDIA/TensorRT-LLM sources (1.2.x):
   xgrammar's default).
 * ``tensorrt_llm/executor/result.py`` — ``CompletionOutput.logprobs`` on the PyTorch
   backend: one ``{token id: Logprob(logprob, rank)}`` per token of ``token_ids``, the end
-  token's included; ``stop_reason`` stays None when the end token ended it.
+  token's included; ``stop_reason`` stays None when the end token ended it, and is the id
+  when one of ``stop_token_ids`` did.
+* ``tensorrt_llm/_torch/pyexecutor/sampler.py`` — ``TorchSampler`` (the default sampler of
+  the PyTorch backend in 1.2.x): its logprobs are the top k of the raw log-softmax, so a
+  sampled token that is not among them has no entry (that answer fails alone, 5000); it
+  applies no penalty and draws every request from one generator seeded 42, so the engine
+  refuses ``seed`` and the penalties (:class:`~worker.engines.trtllm.engine.TrtLlmEngine`).
+* Stop strings: ``SamplingParams._setup`` tokenizes each alone, so the token match can
+  miss one that the text then holds; generation has run on. The text is cut before it and
+  the tokens up to the one that completes it are counted (:func:`tokens_to_stop`).
 """
 
 from __future__ import annotations
@@ -45,8 +54,11 @@ from worker.errors import ErrorCode
 from worker.wire.messages import Choice, FinishReason, ResponseFormat
 
 
-def sampling_kwargs(sampling: ResolvedSampling, *, ignore_eos: bool) -> dict[str, Any]:
-    """Keyword arguments of ``tensorrt_llm.SamplingParams`` for one request."""
+def sampling_kwargs(
+    sampling: ResolvedSampling, *, ignore_eos: bool, stop_token_ids: Sequence[int] = ()
+) -> dict[str, Any]:
+    """Keyword arguments of ``tensorrt_llm.SamplingParams`` for one request;
+    ``stop_token_ids``: the model's EOS ids beside the tokenizer's (its end of turn)."""
     # top_p == 0 keeps only the most likely token, which is greedy decoding; TensorRT-LLM
     # refuses top_p=0 itself, so it is sent as top_k=1
     greedy = sampling.greedy or sampling.top_p == 0
@@ -57,6 +69,9 @@ def sampling_kwargs(sampling: ResolvedSampling, *, ignore_eos: bool) -> dict[str
         "top_p": None if greedy else sampling.top_p,
         "seed": sampling.seed,
         "stop": list(sampling.stop) or None,
+        # TensorRT-LLM's end_id is the tokenizer's EOS only; the model's generation_config
+        # may name more (a chat model's end of turn), which end a generation on hf too
+        "stop_token_ids": None if ignore_eos or not stop_token_ids else list(stop_token_ids),
         # token_ids then keep a stop string's tokens, so completion_tokens counts every
         # generated token; the text is cut before the stop string here (completion)
         "include_stop_str_in_output": True,
@@ -77,42 +92,76 @@ def guide_kwargs(fmt: ResponseFormat) -> dict[str, Any] | None:
     return {"json": fmt.constraint}
 
 
-def completion(
-    item: EngineInput, outputs: Sequence[Any], decode: Callable[[int], str]
-) -> Completion:
-    """The completion of ``item`` from the ``CompletionOutput`` of each of its choices."""
-    choices = []
+Decode = Callable[[Sequence[int]], str]
+
+
+def completion(item: EngineInput, outputs: Sequence[Any], decode: Decode) -> Completion:
+    """The completion of ``item`` from the ``CompletionOutput`` of each of its choices;
+    ``decode`` turns token ids into text as the worker's tokenizer does."""
+    choices, counted = [], 0
     for output in outputs:
         reason = output.finish_reason
         if reason not in ("stop", "length"):
             return failed(
                 item, ErrorCode.ENGINE_FAILED, f"TensorRT-LLM ended the request: {reason}"
             )
-        choices.append(_choice(item.sampling, output, decode))
+        choice, tokens = _choice(item.sampling, output, decode)
+        choices.append(choice)
+        counted += tokens
     first, *others = choices
     return Completion(
         key=item.key,
         text=first.text,
         finish_reason=first.finish_reason,
         prompt_tokens=len(item.prompt_token_ids),
-        completion_tokens=sum(len(output.token_ids) for output in outputs),
+        completion_tokens=counted,
         logprobs=first.logprobs,
         extra_choices=tuple(others),
     )
 
 
-def _choice(sampling: ResolvedSampling, output: Any, decode: Callable[[int], str]) -> Choice:
+def _choice(sampling: ResolvedSampling, output: Any, decode: Decode) -> tuple[Choice, int]:
+    """One choice and the number of tokens it generated up to where it ends."""
     text: str = output.text
+    ids = list(output.token_ids)
     reason: FinishReason = "length" if output.finish_reason == "length" else "stop"
-    if reason == "stop":
-        text = before_stop(text, sampling.stop)
+    cut = before_stop(text, sampling.stop)
+    if cut != text:  # a stop string in the text: the answer ends there, whatever ran on
+        text, reason = cut, "stop"
+        ids = ids[: tokens_to_stop(ids, sampling.stop, decode)]
     logprobs = None
     if sampling.logprobs:
-        ids = list(output.token_ids)
-        if reason == "stop" and output.stop_reason is None:
-            ids = ids[:-1]  # the end token is not part of the answer: no entry (as hf)
-        logprobs = token_logprobs(ids, output.logprobs or [], sampling.top_logprobs, decode)
-    return Choice(text, reason, logprobs)
+        entries = list(output.logprobs or [])
+        # the end token (or a stop token id) is not part of the answer: no entry (as hf)
+        ended = reason == "stop" and (output.stop_reason is None or _is_id(output.stop_reason))
+        shown = ids[:-1] if ended and len(ids) == len(output.token_ids) else ids
+        for at, token in enumerate(shown):
+            if at >= len(entries) or token not in entries[at]:
+                raise ValueError(
+                    f"TensorRT-LLM's logprobs at token {at} omit the sampled token {token} "
+                    "(its sampler reports the top k of the raw distribution)"
+                )
+        logprobs = token_logprobs(shown, entries, sampling.top_logprobs, lambda t: decode([t]))
+    return Choice(text, reason, logprobs), len(ids)
+
+
+def _is_id(reason: object) -> bool:
+    return isinstance(reason, int) and not isinstance(reason, bool)
+
+
+def tokens_to_stop(ids: Sequence[int], stops: Sequence[str], decode: Decode) -> int:
+    """The fewest leading ``ids`` whose text holds one of ``stops`` (all of them when
+    none does): the tokens generated up to the stop, found by bisection."""
+    if not stops or not any(stop in decode(ids) for stop in stops):
+        return len(ids)
+    low, high = 1, len(ids)  # the prefix of ``high`` ids holds a stop
+    while low < high:
+        middle = (low + high) // 2
+        if any(stop in decode(ids[:middle]) for stop in stops):
+            high = middle
+        else:
+            low = middle + 1
+    return high
 
 
 def before_stop(text: str, stops: tuple[str, ...]) -> str:

@@ -25,19 +25,29 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture
-def fake_trtllm(
-    tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+def fake_trtllm_engine(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Any, Any]]:
-    """A loaded trtllm engine (``FAKE_TRTLLM_BATCHING``) and the stand-in ``LLM`` it made."""
+    """A loaded trtllm engine (``FAKE_TRTLLM_BATCHING``) on ``checkpoint`` and the stand-in
+    ``LLM`` it made; closed afterwards."""
     install(monkeypatch)
     import tensorrt_llm
 
     from worker.engines.trtllm import TrtLlmEngine
 
-    config = EngineConfig(kind="trtllm", model=str(tiny_checkpoint), load_format="dummy")
+    config = EngineConfig(kind="trtllm", model=str(checkpoint), load_format="dummy")
     engine = TrtLlmEngine(config, FAKE_TRTLLM_BATCHING)
     engine.load()
-    yield engine, tensorrt_llm.LLM.instances[-1]
-    engine.close()
-    uninstall()
+    try:
+        yield engine, tensorrt_llm.LLM.instances[-1]
+    finally:
+        engine.close()
+        uninstall()
+
+
+@pytest.fixture
+def fake_trtllm(
+    tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Any, Any]]:
+    """A loaded trtllm engine (``FAKE_TRTLLM_BATCHING``) and the stand-in ``LLM`` it made."""
+    yield from fake_trtllm_engine(tiny_checkpoint, monkeypatch)

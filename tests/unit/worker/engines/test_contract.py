@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from tests.unit.conftest import resolved
+from tests.unit.worker.engines.test_trtllm import TRTLLM_SKIP
 from worker.config import EngineConfig
 from worker.engines.base import Completion, Engine, EngineInput, InFlightEngine, StaticEngine
 from worker.engines.echo import EchoEngine
@@ -28,7 +29,6 @@ from worker.engines.echo_inflight import EchoInFlightEngine
 from worker.errors import RequestError
 from worker.wire.messages import ChatMessage, InferenceRequest
 
-TRTLLM_SKIP = "tensorrt_llm not installed (needs an NVIDIA GPU); not run on this machine"
 QUESTIONS = (
     "what is two plus two",
     "name a color",

@@ -19,7 +19,10 @@ from worker.engines.trtllm.mapping import sampling_kwargs
 from worker.errors import ModelLoadError
 
 HAVE_TRTLLM = importlib.util.find_spec("tensorrt_llm") is not None
-TRTLLM_SKIP = "tensorrt_llm not installed (needs an NVIDIA GPU); not run on this machine"
+TRTLLM_SKIP = (
+    "tensorrt_llm not installed (needs an NVIDIA GPU; its wheel is far over what can be "
+    "carried to this project's GPU machine, which has no network): not run anywhere here"
+)
 needs_trtllm = pytest.mark.skipif(not HAVE_TRTLLM, reason=TRTLLM_SKIP)
 
 

@@ -2,7 +2,7 @@
 
 What is checked is the mapping onto TensorRT-LLM's API as read from its sources (see
 worker/engines/trtllm/mapping.py): the stand-in records what the engine asks for and
-answers deterministically; it does not enforce a grammar, so whether TensorRT-LLM's
+compiles a json guide strictly but cannot constrain its answer, so whether TensorRT-LLM's
 xgrammar backend keeps an answer inside its schema was NOT run here (no GPU).
 """
 
@@ -73,13 +73,15 @@ def test_a_schema_xgrammar_cannot_compile_is_refused_at_admission(
 def test_n_choices_run_as_n_requests_seeded_seed_plus_i(
     fake_trtllm: tuple[TrtLlmEngine, Any],
 ) -> None:
+    # the seed is drawn at admission (a request's own seed is refused on this engine:
+    # TorchSampler of 1.2.x ignores it); each choice still goes with seed + i
     engine, llm = fake_trtllm
-    done = run(engine, "n", "sun moon star", n=3, seed=40, temperature=0.7, max_tokens=2)
+    done = run(engine, "n", "sun moon star", n=3, temperature=0.7, max_tokens=2)
     sent = llm.requests[-3:]
-    assert [params.seed for _, params in sent] == [40, 41, 42]
+    first = sent[0][1].seed
+    assert [params.seed for _, params in sent] == [first, first + 1, first + 2]
     assert {params.n for _, params in sent} == {1}
-    texts = [done.text, *(c.text for c in done.extra_choices)]
-    assert texts == ["star moon"] * 3  # the stand-in's answer does not depend on the seed
+    assert len([done.text, *(c.text for c in done.extra_choices)]) == 3
     assert done.completion_tokens == 3 * 2 and done.prompt_tokens == 3
 
 

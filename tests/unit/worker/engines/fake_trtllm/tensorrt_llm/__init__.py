@@ -14,11 +14,14 @@ Names, signatures and behaviour follow the NVIDIA/TensorRT-LLM sources:
 * ``tensorrt_llm/executor/result.py`` and ``utils.py`` — see ``executor.py``.
 * ``tensorrt_llm/llmapi/llm_args.py`` — ``KvCacheConfig`` (see ``llmapi.py``).
 
-The "model" is deterministic: it answers a prompt with the prompt's tokens in reverse
-order, then the end token (cycling through them when ``ignore_eos``); the seed does not
-change it, and a request's ``guided_decoding`` is recorded, not enforced (there is no
-grammar backend here). With ``logprobs=k`` each generated token comes with k entries as
-the PyTorch backend reports them (see ``executor.py``). Its executor runs on
+The "model" answers a prompt with the prompt's tokens in reverse order, then the end token
+(its ``generation_config.json``'s end of turn when it has one), then starts over (without
+an end token when ``ignore_eos``). Greedy decoding always takes those tokens; sampling
+takes each or the next id, drawn from one generator seeded 42 whatever the request's
+seed, with no penalty applied, as TorchSampler of 1.2.x does. A ``json`` guide is compiled
+strictly by xgrammar, not enforced on the answer. With ``logprobs=k`` each generated
+token comes with TorchSampler's top k (see ``executor.py`` for these points and the
+sources they follow). Its executor runs on
 a thread of its own and can be held (:meth:`FakeExecutor.hold`) so a test can act while
 requests are in flight.
 """
@@ -56,7 +59,7 @@ class LLM:
 
         self.args: dict[str, Any] = {"model": model, "dtype": dtype, **kwargs}
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
-        self.executor = FakeExecutor(self.tokenizer)
+        self.executor = FakeExecutor(self.tokenizer, model)
         self.requests: list[tuple[list[int], SamplingParams]] = []
         LLM.instances.append(self)
 

@@ -12,18 +12,47 @@
   decoded text is then cut at a stop string found in it (before it, or after it when
   ``include_stop_str_in_output``). The end token stays in ``token_ids``. An aborted request
   is answered with finish reason "cancelled".
-* Log probabilities (PyTorch backend): with ``logprobs=k``, ``CompletionOutput.logprobs``
-  holds one ``{token id: Logprob(logprob, rank)}`` per token of ``token_ids`` (the end
-  token's included). Here the chosen token has log(1/2) at rank 1 and the dict holds
-  k - 1 other ids (the next ones), each half as likely as the one before.
+* Log probabilities (PyTorch backend, ``TorchSampler`` in
+  ``tensorrt_llm/_torch/pyexecutor/sampler.py``): with ``logprobs=k``,
+  ``CompletionOutput.logprobs`` holds one ``{token id: Logprob(logprob, rank)}`` per token
+  of ``token_ids`` (the end token's included): the top k of the raw log-softmax, so a
+  sampled token that is not the most likely one is missing from it when k is small. Here
+  the most likely token has log(1/2) at rank 1 and the dict holds k - 1 other ids (the
+  next ones), each half as likely as the one before.
+* Sampling (``TorchSampler`` of 1.2.x, ``sampler.py``): no penalty is applied
+  (repetition, presence and frequency penalties are silently ignored; PR #16485 added
+  them after 1.2.1) and one generator seeded 42 draws for every request, whatever its
+  ``seed`` (per-request seeds came with PR #17172). Here a sampled step (not greedy) takes
+  the most likely token or the next id, by that shared generator.
+* Results without a running loop (``GenerationResultBase.__init__``, ``has_event_loop()``):
+  the reply queue falls back silently to a thread queue, and ``aresult()`` then fails its
+  assertion "The asyncio event loop was not present during initialization".
+* An error reply (``_handle_response``): ``RequestError`` is raised while the response is
+  handled, before ``_done`` is set, so ``finished`` stays False.
+* Shutdown (``tensorrt_llm/executor/proxy.py``, ``pre_shutdown``/``_abort_all_requests``):
+  every result not finished is aborted from the thread that calls ``shutdown()``, through
+  the same request queue (a ZMQ socket) that ``generate_async`` and ``abort()`` write to.
+  A ZMQ socket must never be used from two threads; this stand-in refuses a write from a
+  second thread while the first still lives, where the real one would race.
+* Guided decoding (``tensorrt_llm/_torch/pyexecutor/grammar_matcher.py``): a ``json``
+  guide is compiled by xgrammar in strict mode, whatever the request's ``strict`` said; a
+  guide that does not compile fails its request. The stand-in's "model" cannot write
+  JSON, so its answers are not constrained: only the compilation is modelled.
+* End of generation: only ``end_id`` (the tokenizer's EOS) and ``stop_token_ids`` end a
+  request. ``generation_config.json``'s other EOS ids (a chat model's end of turn) do not:
+  here the model ends its turn with the first of them and, unless stopped, goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import queue
+import random
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .sampling_params import SamplingParams
@@ -49,12 +78,23 @@ class CompletionOutput:
     stop_reason: int | str | None = None
 
 
+NO_LOOP = (
+    "The asyncio event loop was not present during initialization, so async operations "
+    "are not available."
+)
+
+
 class GenerationResult:
     def __init__(self, request_id: int, executor: FakeExecutor) -> None:
         self.request_id = request_id
         self._executor = executor
-        self._loop = asyncio.get_running_loop()  # RuntimeError off the loop, as said above
+        self._loop: asyncio.AbstractEventLoop | None
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:  # no running loop: a thread queue, silently (result.py)
+            self._loop = None
         self._replies: asyncio.Queue[CompletionOutput | BaseException] = asyncio.Queue()
+        self._thread_replies: queue.Queue[CompletionOutput | BaseException] = queue.Queue()
         self._done = False
         self.outputs = [CompletionOutput(0)]
 
@@ -66,17 +106,20 @@ class GenerationResult:
         self._executor.abort_request(self.request_id)
 
     async def aresult(self) -> GenerationResult:
+        assert self._loop is not None, NO_LOOP
         while not self._done:
             reply = await self._replies.get()
             if isinstance(reply, BaseException):
-                self._done = True
-                raise reply
+                raise reply  # while handling the response: _done stays False
             self.outputs[0] = reply
             self._done = True
         return self
 
     def _deliver(self, reply: CompletionOutput | BaseException) -> bool:
         """From the executor's thread; False when the loop is gone and the reply is lost."""
+        if self._loop is None:
+            self._thread_replies.put(reply)
+            return True
         try:
             self._loop.call_soon_threadsafe(self._replies.put_nowait, reply)
         except RuntimeError:  # "Event loop is closed"
@@ -94,8 +137,13 @@ class _Request:
 class FakeExecutor:
     """Answers requests on its own thread, in submission order, unless held."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, model: str = "") -> None:
         self._tokenizer = tokenizer
+        self._end_of_turn = _end_of_turn(model, tokenizer)
+        self._generator = random.Random(42)  # TorchSampler's one generator, for every request
+        self._writer: threading.Thread | None = None  # the thread that writes to the queue
+        self._open: dict[int, GenerationResult] = {}  # not finished: shutdown aborts them
+        self.compiled: list[tuple[str, bool]] = []  # (json guide, strict) per compiled guide
         self._cond = threading.Condition()
         self._pending: list[_Request] = []
         self._aborted: set[int] = set()
@@ -111,17 +159,31 @@ class FakeExecutor:
         self._thread.start()
 
     def submit(self, prompt: list[int], params: SamplingParams) -> GenerationResult:
+        self._write("generate_async")
         with self._cond:
             self._next_id += 1
             result = GenerationResult(self._next_id, self)
             self._pending.append(_Request(result, prompt, params))
+            self._open[result.request_id] = result
             self._cond.notify_all()
         return result
 
     def abort_request(self, request_id: int) -> None:
+        self._write("abort_request")
         with self._cond:
             self.abort_calls.append(request_id)
             self._aborted.add(request_id)
+
+    def _write(self, what: str) -> None:
+        """The request queue is one ZMQ socket (proxy.py): one thread may write to it."""
+        me = threading.current_thread()
+        if self._writer is None or not self._writer.is_alive():
+            self._writer = me
+        elif self._writer is not me:
+            raise RuntimeError(
+                f"{what} from thread {me.name} while {self._writer.name} writes to the "
+                "request queue: a ZMQ socket shared by two threads"
+            )
 
     def hold(self) -> None:
         with self._cond:
@@ -146,6 +208,12 @@ class FakeExecutor:
         return self._stopping
 
     def shutdown(self) -> None:
+        """``pre_shutdown``: abort every result not finished, from this thread; then stop."""
+        with self._cond:
+            open_results = list(self._open.values())
+        for result in open_results:
+            result.abort()
+        self._write("shutdown")  # the quit message goes through the same queue
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
@@ -161,6 +229,8 @@ class FakeExecutor:
                 aborted, crash = set(self._aborted), self._crash
             for request in batch:
                 reply = crash or self._answer(request, request.result.request_id in aborted)
+                with self._cond:
+                    self._open.pop(request.result.request_id, None)
                 if request.result._deliver(reply):
                     self.answered.append(request.result.request_id)
                 else:
@@ -171,18 +241,61 @@ class FakeExecutor:
             return CompletionOutput(0, finish_reason="cancelled")
         if self.failing_tokens & set(request.prompt):
             return RequestError("Encountered an error in forwardAsync function")
-        return generate(request.prompt, request.params, self._tokenizer)
+        guide = request.params.guided_decoding
+        if guide is not None and guide.json is not None:
+            problem = self._compile(guide.json)
+            if problem is not None:
+                return RequestError(f"Failed to compile the guide: {problem}")
+        return generate(request, self._tokenizer, self._end_of_turn, self._generator)
+
+    def _compile(self, schema: str | dict[str, Any]) -> str | None:
+        """grammar_matcher.py: ``compile_json_schema`` in xgrammar's strict mode, always."""
+        import xgrammar as xgr
+
+        text = schema if isinstance(schema, str) else json.dumps(schema)
+        self.compiled.append((text, True))
+        try:
+            xgr.Grammar.from_json_schema(text, strict_mode=True)
+        except Exception as exc:
+            return str(exc)
+        return None
 
 
-def generate(prompt: list[int], params: SamplingParams, tokenizer: Any) -> CompletionOutput:
+def _end_of_turn(model: str, tokenizer: Any) -> int | None:
+    """The first EOS id of the model's ``generation_config.json`` that is not the
+    tokenizer's: the token this stand-in model ends its turn with (None: the tokenizer's)."""
+    path = Path(model) / "generation_config.json"
+    if not model or not path.is_file():
+        return None
+    configured = json.loads(path.read_text()).get("eos_token_id")
+    ids = [configured] if isinstance(configured, int) else list(configured or [])
+    others = [int(i) for i in ids if int(i) != tokenizer.eos_token_id]
+    return others[0] if others else None
+
+
+def generate(
+    request: _Request, tokenizer: Any, end_of_turn: int | None, generator: random.Random
+) -> CompletionOutput:
     """The stand-in model's answer, with stop strings and the end token as described above."""
+    prompt, params = request.prompt, request.params
     source = prompt[::-1]
+    ends = int(params.end_id or 0) if end_of_turn is None else end_of_turn
+    stop_ids = set(params.stop_token_ids or ())
+    sampled = not params._greedy_decoding
+    vocab = len(tokenizer)
     out = CompletionOutput(0, finish_reason="length")
+    likeliest: list[int] = []
     for step in range(params.max_tokens):
-        ended = not params.ignore_eos and step >= len(source)
-        out.token_ids.append(int(params.end_id or 0) if ended else source[step % len(source)])
-        if ended:
+        # the turn ends with its end token, then starts over (ignore_eos: no end token)
+        at = step % (len(source) if params.ignore_eos else len(source) + 1)
+        turn_over = at == len(source)
+        best = ends if turn_over else source[at % len(source)]
+        token = (best + 1) % vocab if sampled and generator.random() < 0.5 else best
+        likeliest.append(best)
+        out.token_ids.append(token)
+        if token == params.end_id or token in stop_ids:
             out.finish_reason = "stop"
+            out.stop_reason = token if token in stop_ids else None
             break
         matched = [
             (reason, ids)
@@ -195,8 +308,8 @@ def generate(prompt: list[int], params: SamplingParams, tokenizer: Any) -> Compl
                 out.token_ids = out.token_ids[: -len(matched[0][1])]
             break
     if params.logprobs:
-        vocab = len(tokenizer)
-        out.logprobs = [_logprobs(token, params.logprobs, vocab) for token in out.token_ids]
+        out.logprobs = [_logprobs(best, params.logprobs, vocab) for best in likeliest]
+        out.logprobs = out.logprobs[: len(out.token_ids)]
     out.text = tokenizer.decode(out.token_ids, skip_special_tokens=True)
     for stop in params._stops():
         at = out.text.find(stop)
@@ -208,7 +321,8 @@ def generate(prompt: list[int], params: SamplingParams, tokenizer: Any) -> Compl
 
 
 def _logprobs(token: int, k: int, vocab: int) -> dict[int, Logprob]:
-    """The chosen ``token`` at log(1/2), and ``k - 1`` other ids, each half as likely."""
+    """The likeliest ``token`` at log(1/2), and ``k - 1`` other ids, each half as likely:
+    TorchSampler's top k, which holds a sampled token only when it ranks among them."""
     entries = {token: Logprob(math.log(0.5), 1)}
     for rank in range(2, k + 1):
         entries[(token + rank) % vocab] = Logprob(math.log(0.5**rank), rank)

@@ -4,9 +4,10 @@ the fields the engine sets.
 Keyword-only dataclasses. ``SamplingParams._validate`` refuses ``top_p`` outside [0, 1],
 negative ``top_k``, negative ``temperature`` and ``n`` > 1 with greedy decoding (top_k 1,
 top_p 0 or temperature 0), and keeps ``logprobs`` an int (0 stays falsy: none);
-``_setup`` takes ``end_id`` from the tokenizer and tokenizes the ``stop`` strings
-(``_get_stop_reasons_and_words`` pairs them up). ``GuidedDecodingParams._validate``
-refuses more than one guide.
+``_setup`` takes ``end_id`` from the tokenizer (never from ``generation_config``, but for
+kimi_k2) and tokenizes the ``stop`` strings each on its own, without the text around them
+(``_get_stop_reasons_and_words`` pairs ``stop_token_ids``, one word each, and the stop
+strings with their words). ``GuidedDecodingParams._validate`` refuses more than one guide.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class SamplingParams:
     end_id: int | None = None
     max_tokens: int = 32
     stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
     top_k: int | None = None
     top_p: float | None = None
@@ -48,9 +50,13 @@ class SamplingParams:
     guided_decoding: GuidedDecodingParams | None = None
     _stop_word_ids: list[list[int]] | None = None
 
+    @property
+    def _greedy_decoding(self) -> bool:  # params_imply_greedy_decoding
+        unset = self.temperature is None and self.top_p is None and self.top_k is None
+        return unset or self.top_k == 1 or self.top_p == 0 or self.temperature == 0
+
     def __post_init__(self) -> None:
-        greedy = self.top_k == 1 or self.top_p == 0 or self.temperature == 0
-        if self.n > 1 and greedy:
+        if self.n > 1 and self._greedy_decoding:
             raise ValueError(
                 "Greedy decoding in the LLM API does not allow multiple returns. Please set "
                 f"to best_of=1, got best_of={self.n}."
@@ -77,5 +83,7 @@ class SamplingParams:
     def _stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
-    def _get_stop_reasons_and_words(self) -> list[tuple[str, list[int]]]:
-        return list(zip(self._stops(), self._stop_word_ids or [], strict=False))
+    def _get_stop_reasons_and_words(self) -> list[tuple[str | int, list[int]]]:
+        reasons: list[str | int] = [*(self.stop_token_ids or []), *self._stops()]
+        words = [[i] for i in self.stop_token_ids or []] + (self._stop_word_ids or [])
+        return list(zip(reasons, words, strict=False))
