@@ -109,6 +109,16 @@ def eos_token_ids(configured: int | Sequence[int] | None, tokenizer: Any) -> fro
     return frozenset(ids)
 
 
+def model_eos_ids(directory: str, tokenizer: Any) -> frozenset[int]:
+    """:func:`eos_token_ids` of a model directory, read from its ``generation_config.json``
+    (the tokenizer's EOS alone when it has none), for engines that never load the model."""
+    try:
+        config = GenerationConfig.from_pretrained(directory)
+    except OSError:  # no generation_config.json
+        return eos_token_ids(None, tokenizer)
+    return eos_token_ids(config.eos_token_id, tokenizer)
+
+
 class ChatEncoder:
     """Requests to prompt token ids (chat template for ``messages``) and ids back to text.
 

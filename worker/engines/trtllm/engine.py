@@ -128,7 +128,7 @@ class TrtLlmEngine(LibraryEngine):
                 "the trtllm engine needs TensorRT-LLM, which needs an NVIDIA GPU "
                 f"(pip install 'batchpipe[trtllm]'): tensorrt_llm is not importable: {exc}"
             ) from exc
-        from worker.engines.hf.model import ChatEncoder, eos_token_ids, load_tokenizer
+        from worker.engines.hf.model import ChatEncoder, load_tokenizer, model_eos_ids
 
         source = locate_model(self._config.model)
         if source.gguf_file:
@@ -137,10 +137,8 @@ class TrtLlmEngine(LibraryEngine):
                 "set engine.model to a local model directory"
             )
         tokenizer = load_tokenizer(source)
-        configured = _generation_eos(source.directory)
-        self._stop_token_ids = tuple(
-            sorted(eos_token_ids(configured, tokenizer) - {tokenizer.eos_token_id})
-        )
+        eos = model_eos_ids(str(source.directory), tokenizer)
+        self._stop_token_ids = tuple(sorted(eos - {tokenizer.eos_token_id}))
         try:
             self._llm = LLM(
                 model=str(source.directory),
@@ -348,15 +346,3 @@ class TrtLlmEngine(LibraryEngine):
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
             raise TrtLlmFailed(f"TensorRT-LLM failed: {self._failure}") from self._failure
-
-
-def _generation_eos(directory: object) -> int | list[int] | None:
-    """``eos_token_id`` of the model's ``generation_config.json``; None without one."""
-    from transformers import GenerationConfig
-
-    try:
-        config = GenerationConfig.from_pretrained(str(directory))
-    except OSError:  # no generation_config.json: the tokenizer's EOS alone
-        return None
-    eos: int | list[int] | None = config.eos_token_id
-    return eos
