@@ -4,8 +4,10 @@ A batch is all or nothing: every line is checked — syntax and values through
 :func:`worker.wire.batchline.parse_line`, plus the file-level rules of Alibaba Bailian
 (line count, file and line size, unique ``custom_id``, one model per file) — and a
 single bad line rejects the whole batch with a :class:`BatchFileError` that names
-every bad line. Files are validated in one streaming pass that keeps only the
-``custom_id`` set, then read again to publish, so a 500 MB file is never held in memory.
+the bad lines (the first :data:`MAX_LISTED_PROBLEMS`, and how many more); reading
+stops at the first line past ``max_lines``. Files are validated in one streaming pass that
+keeps only the ``custom_id`` set, then read again to publish, so a 500 MB file is never
+held in memory.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from worker.wire.messages import InferenceRequest
 from worker.wire.validation import validate_request
 
 _CHUNK = 1 << 20
+#: problems a BatchFileError lists; past that it counts them (a file of 2M bad lines
+#: must not become a 100 MB message)
+MAX_LISTED_PROBLEMS = 100
 
 
 @dataclass(frozen=True)
@@ -61,14 +66,17 @@ class LineProblem(NamedTuple):
 class BatchFileError(BatchpipeError, ValueError):
     """The batch has invalid lines; nothing was published."""
 
-    def __init__(self, source: str, problems: Iterable[LineProblem]) -> None:
+    def __init__(self, source: str, problems: Iterable[LineProblem], unlisted: int = 0) -> None:
         self.source = source
         self.problems: tuple[LineProblem, ...] = tuple(problems)
+        self.unlisted = unlisted  # problems found past the listed ones
         lines = [
             f"  {'file' if p.line_no == 0 else f'line {p.line_no}'}: {p.code} {p.message}"
             for p in self.problems
         ]
-        count = len(self.problems)
+        if unlisted:
+            lines.append(f"  and {unlisted} more not listed")
+        count = len(self.problems) + unlisted
         super().__init__(
             f"{source}: {count} problem{'s' if count != 1 else ''}, nothing was published\n"
             + "\n".join(lines)
@@ -81,6 +89,7 @@ class _Checker:
     def __init__(self, limits: FileLimits) -> None:
         self.limits = limits
         self.problems: list[LineProblem] = []
+        self.unlisted = 0
         self.count = 0
         self._seen: set[str] = set()
         self._model: tuple[int, str] | None = None  # (first line, model name)
@@ -88,7 +97,15 @@ class _Checker:
         self.models: set[str] = set()
 
     def reject(self, line_no: int, code: int, message: str) -> None:
-        self.problems.append(LineProblem(line_no, code, message))
+        if len(self.problems) < MAX_LISTED_PROBLEMS:
+            self.problems.append(LineProblem(line_no, code, message))
+        else:
+            self.unlisted += 1
+
+    @property
+    def over_limit(self) -> bool:
+        """More items than ``max_lines``: the batch is refused, reading on is wasted."""
+        return self.count > self.limits.max_lines
 
     def oversize(self, line_no: int, size: int) -> None:
         self.count += 1
@@ -139,7 +156,7 @@ class _Checker:
         if self.count == 0:
             self.reject(0, ErrorCode.MALFORMED, "the batch holds no requests")
         if self.problems:
-            raise BatchFileError(source, self.problems)
+            raise BatchFileError(source, self.problems, self.unlisted)
         model = self._model[1] if self._model else ""
         return FileScan(self.count, frozenset(self.endpoints), model, frozenset(self.models))
 
@@ -199,6 +216,8 @@ def scan_file(path: str | os.PathLike[str], limits: FileLimits = DEFAULT_LIMITS)
                 checker.oversize(line_no, line_size)
             else:
                 checker.check(line_no, content)
+            if checker.over_limit:
+                break
     return checker.finish(str(file))
 
 
@@ -242,5 +261,7 @@ def validate_requests(
         req = checker.check(number, item)
         if req is not None:
             requests.append(req)
+        if checker.over_limit:
+            break
     checker.finish("requests")
     return requests

@@ -77,30 +77,35 @@ def open_reader(kafka: KafkaConfig, topic: str, since: float | None) -> tuple[Co
         if metadata is None or metadata.error is not None or not metadata.partitions:
             raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no topic {topic}"))
         partitions = sorted(metadata.partitions)
-        if since is None:
-            starts = [TopicPartition(topic, p, FROM_START) for p in partitions]
-        else:
-            # The end offsets are read first: a partition with nothing after `since` is
-            # read from there, so records written meanwhile are not skipped.
-            ends = [
-                consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=METADATA_TIMEOUT_S, cached=False
-                )[1]
-                for p in partitions
-            ]
-            at_ms = max(0, int((since - CLOCK_SKEW_S) * 1000))
-            found = consumer.offsets_for_times(
-                [TopicPartition(topic, p, at_ms) for p in partitions], timeout=METADATA_TIMEOUT_S
-            )
-            starts = [
-                TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else end)
-                for tp, end in zip(found, ends, strict=True)
-            ]
-        consumer.assign(starts)
+        consumer.assign(start_offsets(consumer, topic, partitions, since))
     except BaseException:
         consumer.close()
         raise
     return consumer, len(partitions)
+
+
+def start_offsets(
+    consumer: Consumer, topic: str, partitions: list[int], since: float | None
+) -> list[TopicPartition]:
+    """Where a reader of ``topic`` from ``since`` (see :func:`open_reader`) starts."""
+    if since is None:
+        return [TopicPartition(topic, p, FROM_START) for p in partitions]
+    # The end offsets are read first: a partition with nothing after `since` is
+    # read from there, so records written meanwhile are not skipped.
+    ends = [
+        consumer.get_watermark_offsets(
+            TopicPartition(topic, p), timeout=METADATA_TIMEOUT_S, cached=False
+        )[1]
+        for p in partitions
+    ]
+    at_ms = max(0, int((since - CLOCK_SKEW_S) * 1000))
+    found = consumer.offsets_for_times(
+        [TopicPartition(topic, p, at_ms) for p in partitions], timeout=METADATA_TIMEOUT_S
+    )
+    return [
+        TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else end)
+        for tp, end in zip(found, ends, strict=True)
+    ]
 
 
 def records(

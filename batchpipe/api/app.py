@@ -1,20 +1,28 @@
 """The ASGI application (FastAPI) and ``batchpipe serve`` (uvicorn).
 
 Routes: :mod:`.files`, :mod:`.batches`, and ``/healthz`` (the process and its state and
-lifecycle threads live), ``/readyz`` (the state topic read to its end, the file store
-usable), ``/metrics`` (Prometheus). Every error — ours, the framework's validation of
-query parameters, an unknown route — is answered as an OpenAI error object.
+lifecycle threads live), ``/readyz`` (the state topic read to its end, Kafka answering,
+the file store usable), ``/metrics`` (Prometheus). Every error — ours, the framework's
+validation of query parameters, an unknown route — is answered as an OpenAI error
+object; Kafka failing is a 503 with ``Retry-After``, never a 500 or a hang. The probes
+run on the event loop and read flags only, so they answer while every worker thread
+waits on Kafka. No schema or docs pages are served (``/openapi.json``, ``/docs``,
+``/redoc``): docs/api.md is the reference, and an unauthenticated page would tell anyone
+what the server runs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 import uvicorn
+from confluent_kafka import KafkaException
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -23,10 +31,11 @@ from starlette.exceptions import HTTPException
 from batchpipe.api import batches, files
 from batchpipe.api.auth import Keys
 from batchpipe.api.context import Services, file_limits
-from batchpipe.api.errors import ApiError
+from batchpipe.api.errors import ApiError, unavailable
+from batchpipe.api.guard import Guard, body_limit
 from batchpipe.api.lifecycle import Lifecycle
 from batchpipe.api.metrics import ApiMetrics
-from batchpipe.api.state import StateTopic
+from batchpipe.api.state import KafkaUnavailable, StateTopic
 from batchpipe.api.store import open_store
 from worker import __version__
 from worker.config import Config
@@ -34,6 +43,7 @@ from worker.config import Config
 log = logging.getLogger("batchpipe.api")
 
 _START_TIMEOUT_S = 60.0
+_STORE_CHECK_S = 2.0  # longest /readyz waits for the file store
 
 
 def _start(config: Config, keys: Keys) -> Services:
@@ -52,26 +62,53 @@ def _start(config: Config, keys: Keys) -> Services:
     return svc
 
 
-def create_app(config: Config, keys: Keys) -> FastAPI:
-    """The application; Kafka and the store are opened when it starts (lifespan)."""
+def _answer(error: ApiError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers())
+
+
+def create_app(
+    config: Config, keys: Keys, start: Callable[[Config, Keys], Services] = _start
+) -> FastAPI:
+    """The application; Kafka and the store are opened when it starts (lifespan) by
+    ``start`` (the unit tests' start gives in-memory fakes)."""
+    probe_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-ready")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        svc = _start(config, keys)
+        svc = start(config, keys)
         app.state.services = svc
         try:
             yield
         finally:
             svc.lifecycle.close()
             svc.state.close()
+            probe_pool.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="batchpipe", version=__version__, lifespan=lifespan, docs_url=None)
+    app = FastAPI(
+        title="batchpipe",
+        version=__version__,
+        lifespan=lifespan,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
     app.include_router(files.router)
     app.include_router(batches.router)
+    app.add_middleware(Guard, limit=body_limit(config.api), open=keys.open)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return _answer(exc)
+
+    @app.exception_handler(KafkaUnavailable)
+    async def kafka_unavailable(request: Request, exc: KafkaUnavailable) -> JSONResponse:
+        return _answer(unavailable(str(exc)))
+
+    @app.exception_handler(KafkaException)
+    async def kafka_failed(request: Request, exc: KafkaException) -> JSONResponse:
+        # librdkafka's own text goes to the log; the client learns what it can do
+        log.warning("%s %s: Kafka failed: %r", request.method, request.url.path, exc)
+        return _answer(unavailable("Kafka failed to answer; retry later"))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -87,10 +124,10 @@ def create_app(config: Config, keys: Keys) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def server_error(request: Request, exc: Exception) -> JSONResponse:
-        # Kafka or the file store failing mid-request: logged here, answered as OpenAI does
+        # the file store failing mid-request, or a bug: logged here, answered as OpenAI
+        # does, without the exception's text (it may name paths or hosts)
         log.error("%s %s failed: %r", request.method, request.url.path, exc)
-        error = ApiError(500, f"the server failed: {exc}", type="server_error")
-        return JSONResponse(error.body(), status_code=500)
+        return _answer(ApiError(500, "the server failed; its log says why", type="server_error"))
 
     @app.middleware("http")
     async def count(
@@ -102,21 +139,29 @@ def create_app(config: Config, keys: Keys) -> FastAPI:
             svc.metrics.request(request.method, response.status_code)
         return response
 
+    # The probes are coroutines: they run on the event loop, never queue behind routes
+    # that hold every worker thread, and read flags the state and lifecycle threads keep.
     @app.get("/healthz")
-    def healthz(request: Request) -> JSONResponse:
+    async def healthz(request: Request) -> JSONResponse:
         svc: Services = request.app.state.services
         ok = svc.state.healthy and svc.lifecycle.healthy
         return JSONResponse({"ok": ok}, status_code=200 if ok else 503)
 
     @app.get("/readyz")
-    def readyz(request: Request) -> JSONResponse:
+    async def readyz(request: Request) -> JSONResponse:
         svc: Services = request.app.state.services
-        try:
-            svc.store.check()
-        except Exception as exc:  # any backend's failure makes the server not ready
-            return JSONResponse({"ready": False, "reason": f"file store: {exc}"}, status_code=503)
         if not svc.state.healthy:
             return JSONResponse({"ready": False, "reason": "state topic"}, status_code=503)
+        if not svc.state.reachable:
+            return JSONResponse({"ready": False, "reason": "Kafka unreachable"}, status_code=503)
+        check = asyncio.get_running_loop().run_in_executor(probe_pool, svc.store.check)
+        try:
+            await asyncio.wait_for(check, _STORE_CHECK_S)
+        except TimeoutError:
+            reason = f"file store: no answer in {_STORE_CHECK_S:g}s"
+            return JSONResponse({"ready": False, "reason": reason}, status_code=503)
+        except Exception as exc:  # any backend's failure makes the server not ready
+            return JSONResponse({"ready": False, "reason": f"file store: {exc}"}, status_code=503)
         return JSONResponse({"ready": True})
 
     @app.get("/metrics")

@@ -1,8 +1,13 @@
 """API keys and whose objects a request may see.
 
-Keys come from ``api.keys_file`` (one per line: ``owner: key``, or a bare key; ``#``
-starts a comment) and from the ``BATCHPIPE_API_KEYS`` environment variable
-(comma-separated, same forms). A key is never logged or stored: records carry its
+Keys come from ``api.keys_file`` and from the ``BATCHPIPE_API_KEYS`` environment
+variable (comma-separated entries). An entry is ``owner: key`` in the file (a space after
+the colon), ``owner:key`` or ``owner: key`` in the variable, or a bare key; a line of the
+file that starts with ``#`` is a comment. A key is exactly what the operator wrote: every
+character but the surrounding spaces, ``#`` included. An entry that could be read two
+ways — a file line ``A:B`` (a bare key, or owner ``A``?), a key with spaces inside (a
+comment after it?), an owner that is not a plain name — refuses the start, naming the
+entry, rather than be read one way silently. A key is never logged or stored: records carry its
 *owner*, the name given in the file or, for a bare key, ``key-`` and the first 12 hex
 digits of its SHA-256. Each owner sees only its own files and batches; another owner's id
 is answered 404, exactly as an id that does not exist. Without keys the server refuses to
@@ -15,6 +20,7 @@ import hashlib
 import hmac
 import ipaddress
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,17 +35,43 @@ def _owner_of(key: str) -> str:
     return "key-" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
-def _parse(entries: Iterable[str], origin: str) -> dict[str, str]:
+_OWNER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+
+
+def _entry(entry: str, *, spaced: bool) -> tuple[str, str]:
+    """``(owner, key)`` of one entry (owner "" for a bare key); ``ValueError`` says why
+    it cannot be read one way only. ``spaced``: ``owner: key`` needs the space."""
+    owner, sep, key = entry.partition(":")
+    if sep and spaced and not key[:1].isspace():
+        raise ValueError(
+            "write 'owner: key' with a space after the colon; a bare key cannot hold ':'"
+        )
+    if not sep:
+        owner, key = "", entry
+    owner, key = owner.strip(), key.strip()
+    if sep and not _OWNER.fullmatch(owner):
+        raise ValueError(f"owner {owner!r} is not a name of letters, digits and ._@-")
+    if not key:
+        raise ValueError("no key")
+    if any(c.isspace() for c in key):
+        raise ValueError("a key holds no spaces (comments go on lines of their own)")
+    return owner, key
+
+
+def _parse(entries: Iterable[str], origin: str, *, spaced: bool) -> dict[str, str]:
     """``{key: owner}`` from ``owner: key`` or bare-key entries."""
     keys: dict[str, str] = {}
+    what = "line" if spaced else "entry"
     for number, raw in enumerate(entries, start=1):
-        entry = raw.split("#", 1)[0].strip()
-        if not entry:
+        entry = raw.strip()
+        if not entry or (spaced and entry.startswith("#")):
             continue
-        owner, sep, key = entry.rpartition(":")
-        owner, key = owner.strip(), key.strip()
-        if not key or (sep and not owner):
-            raise ConfigError(f"{origin} entry {number}: expected 'owner: key' or a key")
+        try:
+            owner, key = _entry(entry, spaced=spaced)
+        except ValueError as exc:
+            raise ConfigError(f"{origin} {what} {number}: {exc}; nothing was loaded") from exc
+        if key in keys:
+            raise ConfigError(f"{origin} {what} {number}: the same key is given twice")
         keys[key] = owner or _owner_of(key)
     return keys
 
@@ -75,7 +107,7 @@ class Keys:
 def load_keys(api: ApiConfig, *, no_auth: bool, environ: Mapping[str, str] | None = None) -> Keys:
     """The keys ``batchpipe serve`` accepts; :class:`ConfigError` when it must not start."""
     if no_auth:
-        if not _loopback(api.host):
+        if not is_loopback(api.host):
             raise ConfigError(
                 f"--no-auth: refused on api.host {api.host!r}; it is only for 127.0.0.1 "
                 "(or ::1, localhost), where nobody else can reach the server"
@@ -90,8 +122,8 @@ def load_keys(api: ApiConfig, *, no_auth: bool, environ: Mapping[str, str] | Non
             raise ConfigError(
                 f"api.keys_file: cannot read {api.keys_file}: {exc.strerror}"
             ) from exc
-        keys |= _parse(text.splitlines(), f"api.keys_file {api.keys_file}")
-    keys |= _parse(env.get(API_KEYS_ENV, "").split(","), API_KEYS_ENV)
+        keys |= _parse(text.splitlines(), f"api.keys_file {api.keys_file}", spaced=True)
+    keys |= _parse(env.get(API_KEYS_ENV, "").split(","), API_KEYS_ENV, spaced=False)
     if not keys:
         raise ConfigError(
             f"no API keys: set api.keys_file or {API_KEYS_ENV}, or run with --no-auth on "
@@ -100,8 +132,9 @@ def load_keys(api: ApiConfig, *, no_auth: bool, environ: Mapping[str, str] | Non
     return Keys(keys)
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address."""
+    if host.lower() == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback

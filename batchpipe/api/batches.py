@@ -5,7 +5,15 @@ the endpoints batchpipe serves, with ``completion_window`` ``24h`` and at most 1
 ``metadata`` pairs (keys up to 64 characters, values up to 512), as OpenAI takes them. It
 starts ``validating``; :mod:`batchpipe.api.lifecycle` takes it from there. When the
 server routes models (``kafka.routes``), a file whose model has no route is refused with
-400 naming the model: no worker group would ever answer it.
+400 naming the model: no worker group would ever answer it. Every field of a wrong type
+is a 400 naming it; the body must be ``application/json`` (415) and at most
+:data:`~batchpipe.api.guard.MAX_JSON_BYTES` (413), and a body nested too deeply to parse
+is a 400. The batch is written under its input file's lock (:meth:`StateTopic.guard`),
+so a concurrent deletion of the file either comes first (404) or sees the batch (409).
+
+Cancel: ``validating`` and ``in_progress`` become ``cancelling``; ``cancelling`` answers
+the batch as it is (a retried cancel is safe); a batch that is finalizing or has ended is
+a 409 — decided under the lifecycle's lock, so a batch cannot end and be cancelled too.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 
 from batchpipe.api.context import Services, owner, services
 from batchpipe.api.errors import ApiError, bad_request, not_found
+from batchpipe.api.guard import require_json
 from batchpipe.api.pages import page
 from batchpipe.api.records import ENDPOINTS, BatchRecord, Counts
 from batchpipe.collect import new_batch_id
@@ -38,7 +47,7 @@ def _metadata(value: Any) -> dict[str, str]:
         raise bad_request("metadata: must be an object of strings", "metadata")
     if len(value) > MAX_METADATA_PAIRS:
         raise bad_request(f"metadata: at most {MAX_METADATA_PAIRS} pairs", "metadata")
-    for key, item in value.items():
+    for key, item in value.items():  # JSON keys are strings
         if not isinstance(item, str) or len(key) > MAX_METADATA_KEY:
             raise bad_request(
                 f"metadata: keys are strings of at most {MAX_METADATA_KEY} characters and "
@@ -66,20 +75,29 @@ def _new_batch(svc: Services, body: Mapping[str, Any], who: str) -> BatchRecord:
             "output_expires_after",
         )
     endpoint = body.get("endpoint")
-    if endpoint not in ENDPOINTS:
+    if not isinstance(endpoint, str) or endpoint not in ENDPOINTS:
         raise bad_request(
             f"endpoint: {endpoint!r} is not served here; use one of {sorted(ENDPOINTS)}",
             "endpoint",
         )
     window = body.get("completion_window")
-    if window not in COMPLETION_WINDOWS_S:
+    if not isinstance(window, str) or window not in COMPLETION_WINDOWS_S:
         raise bad_request(
             f"completion_window: {window!r}; only '24h' is supported", "completion_window"
         )
     metadata = _metadata(body.get("metadata"))
     file_id = body.get("input_file_id")
     if not isinstance(file_id, str) or not file_id:
-        raise bad_request("input_file_id: required", "input_file_id")
+        raise bad_request("input_file_id: required, a file id (a string)", "input_file_id")
+    with svc.state.guard(file_id):
+        batch = _batch_of(svc, file_id, who, endpoint, window, metadata)
+    svc.lifecycle.publish(batch)
+    return batch
+
+
+def _batch_of(
+    svc: Services, file_id: str, who: str, endpoint: str, window: str, metadata: dict[str, str]
+) -> BatchRecord:
     file = svc.state.file(file_id)
     if file is None or file.owner != who:
         raise not_found("file", file_id, "input_file_id")
@@ -97,10 +115,10 @@ def _new_batch(svc: Services, body: Mapping[str, Any], who: str) -> BatchRecord:
         id=new_batch_id(created),
         owner=who,
         input_file_id=file_id,
-        endpoint=str(endpoint),
-        completion_window=str(window),
+        endpoint=endpoint,
+        completion_window=window,
         created_at=int(created),
-        expires_at=int(created) + COMPLETION_WINDOWS_S[str(window)],
+        expires_at=int(created) + COMPLETION_WINDOWS_S[window],
         metadata=metadata,
         model=file.model,
         counts=Counts(total=file.lines),
@@ -111,14 +129,17 @@ def _new_batch(svc: Services, body: Mapping[str, Any], who: str) -> BatchRecord:
 @router.post("/v1/batches")
 async def create_batch(request: Request, who: str = Depends(owner)) -> dict[str, Any]:
     svc = services(request)
+    require_json(request)
     try:
         body = await request.json()
     except ValueError as exc:
         raise bad_request(f"the body is not JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise bad_request("the body is nested too deeply to be a batch request") from exc
     if not isinstance(body, dict):
         raise bad_request("the body must be a JSON object")
+    # in a worker thread: it waits on Kafka and on locks Kafka writes hold
     batch = await run_in_threadpool(_new_batch, svc, body, who)
-    svc.lifecycle.publish(batch)
     svc.metrics.batch_created()
     return _render(svc, batch)
 
@@ -150,12 +171,12 @@ def retrieve_batch(batch_id: str, request: Request, who: str = Depends(owner)) -
 @router.post("/v1/batches/{batch_id}/cancel")
 def cancel_batch(batch_id: str, request: Request, who: str = Depends(owner)) -> dict[str, Any]:
     svc = services(request)
-    batch = _mine(svc, batch_id, who)
-    if batch.status not in ("validating", "in_progress", "cancelling", "cancelled"):
+    batch, cancelled = svc.lifecycle.cancel(_mine(svc, batch_id, who).id)
+    if not cancelled:
         raise ApiError(
             409,
             f"Cannot cancel a batch with status {batch.status!r}.",
             param="batch_id",
             code="batch_not_cancellable",
         )
-    return _render(svc, svc.lifecycle.cancel(batch.id))
+    return _render(svc, batch)

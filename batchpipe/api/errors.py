@@ -3,7 +3,8 @@
 The body is OpenAI's error object — ``message``, ``type``, ``param``, ``code`` — as the
 official SDK reads it (``openai.types.shared.ErrorObject``); the SDK raises its
 ``BadRequestError`` (400), ``AuthenticationError`` (401), ``NotFoundError`` (404),
-``ConflictError`` (409) and ``APIStatusError`` (413) from it.
+``ConflictError`` (409) and ``APIStatusError`` (413, 415, 503) from it. A 503 carries
+``Retry-After``: what failed is a dependency (Kafka), not the request.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class ApiError(BatchpipeError):
         type: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        retry_after_s: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -31,6 +33,10 @@ class ApiError(BatchpipeError):
         self.type = type
         self.param = param
         self.error_code = code  # OpenAI's string code; BatchpipeError.code is the wire code
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str] | None:
+        return None if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
 
     def body(self) -> dict[str, Any]:
         return {
@@ -50,3 +56,18 @@ def not_found(kind: str, object_id: str, param: str | None = None) -> ApiError:
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
     return ApiError(400, message, param=param, code=code)
+
+
+#: what a 503 asks a client to wait before it retries
+RETRY_AFTER_S = 5
+
+
+def unavailable(message: str) -> ApiError:
+    """A dependency is down: answered at once, with ``Retry-After``, never a hang or a 500."""
+    return ApiError(
+        503,
+        message,
+        type="server_error",
+        code="service_unavailable",
+        retry_after_s=RETRY_AFTER_S,
+    )

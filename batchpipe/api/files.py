@@ -1,12 +1,15 @@
 """``/v1/files``: upload, list, retrieve, download and delete files.
 
 An upload (``multipart/form-data`` with ``file`` and ``purpose=batch``) is streamed to a
-staging file — the framework spools the part to disk, never the whole body in memory —
-and validated exactly as ``batchpipe submit`` validates a file
-(:func:`batchpipe.batchfile.scan_file`). A file with any bad line is refused with every
-bad line named (``code`` ``invalid_file``, the problems in the message) and nothing is
-stored. Files the server produces (a batch's output and error files) have purpose
-``batch_output`` and can be downloaded, not uploaded.
+staging file — the framework spools the part to disk, never the whole body in memory,
+and :mod:`.guard` counts the body's bytes as they arrive — and validated exactly as
+``batchpipe submit`` validates a file (:func:`batchpipe.batchfile.scan_file`). A file
+with any bad line is refused naming its bad lines (the first
+:data:`~batchpipe.batchfile.MAX_LISTED_PROBLEMS`, and how many more; ``code``
+``invalid_file``) and nothing is stored. A file is deleted only while no batch that has
+not ended reads it, checked and written under the file's lock (:meth:`StateTopic.guard`),
+which creating a batch from it holds too. Files the server produces (a batch's output
+and error files) have purpose ``batch_output`` and can be downloaded, not uploaded.
 """
 
 from __future__ import annotations
@@ -22,14 +25,13 @@ from starlette.datastructures import UploadFile
 
 from batchpipe.api.context import Services, owner, services
 from batchpipe.api.errors import ApiError, bad_request, not_found
+from batchpipe.api.guard import FRAMING_BYTES
 from batchpipe.api.pages import page
 from batchpipe.api.records import FileRecord, new_file_id
+from batchpipe.api.state import KafkaUnavailable
 from batchpipe.batchfile import BatchFileError, FileLimits, scan_file
 
 router = APIRouter()
-
-#: multipart framing and the purpose field around the file's own bytes
-_FRAMING_BYTES = 64 * 1024
 
 
 def _too_large(limits: FileLimits, size: int | str) -> ApiError:
@@ -65,9 +67,11 @@ def _stage(svc: Services, upload: UploadFile, who: str) -> FileRecord:
                 f"{'file' if p.line_no == 0 else f'line {p.line_no}'}: {p.code} {p.message}"
                 for p in exc.problems
             )
+            count = len(exc.problems) + exc.unlisted
+            more = f"; and {exc.unlisted} more not listed" if exc.unlisted else ""
             raise bad_request(
-                f"{upload.filename or 'file'}: {len(exc.problems)} "
-                f"problem{'s' if len(exc.problems) != 1 else ''}, nothing was stored: {problems}",
+                f"{upload.filename or 'file'}: {count} "
+                f"problem{'s' if count != 1 else ''}, nothing was stored: {problems}{more}",
                 param="file",
                 code="invalid_file",
             ) from exc
@@ -94,12 +98,16 @@ def _stage(svc: Services, upload: UploadFile, who: str) -> FileRecord:
 @router.post("/v1/files")
 async def create_file(request: Request, who: str = Depends(owner)) -> dict[str, Any]:
     svc = services(request)
+    if not svc.state.reachable:  # before reading an upload that could not be recorded
+        raise KafkaUnavailable("Kafka is unreachable; nothing was stored, retry later")
     limits = svc.limits
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limits.max_file_bytes + _FRAMING_BYTES:
+    if declared.isdigit() and int(declared) > limits.max_file_bytes + FRAMING_BYTES:
         raise _too_large(limits, declared)
     try:
         form = await request.form(max_files=1, max_fields=4)
+    except ApiError:  # the body passed its limit while streaming (.guard)
+        raise
     except Exception as exc:  # the framework's multipart errors have no common base
         raise bad_request(f"the body is not multipart/form-data: {exc}") from exc
     try:
@@ -160,16 +168,19 @@ def file_content(file_id: str, request: Request, who: str = Depends(owner)) -> S
 @router.delete("/v1/files/{file_id}")
 def delete_file(file_id: str, request: Request, who: str = Depends(owner)) -> dict[str, Any]:
     svc = services(request)
-    record = _mine(svc, file_id, who)
-    users = [b.id for b in svc.state.batches(who) if b.input_file_id == file_id and not b.terminal]
-    if users:
-        raise ApiError(
-            409,
-            f"file {file_id} is the input of batch {users[0]}, which has not ended; "
-            "cancel it or wait for it to end",
-            param="file_id",
-            code="file_in_use",
-        )
-    svc.state.delete_file(record)
+    with svc.state.guard(file_id):
+        record = _mine(svc, file_id, who)
+        users = [
+            b.id for b in svc.state.batches(who) if b.input_file_id == file_id and not b.terminal
+        ]
+        if users:
+            raise ApiError(
+                409,
+                f"file {file_id} is the input of batch {users[0]}, which has not ended; "
+                "cancel it or wait for it to end",
+                param="file_id",
+                code="file_in_use",
+            )
+        svc.state.delete_file(record)
     svc.store.delete(record.id)
     return {"id": file_id, "object": "file", "deleted": True}

@@ -11,9 +11,17 @@ writes ``cancelling`` and a stop record that every worker reads (4005); the batc
 ``cancelled`` once every request is answered, or ``api.cancel_grace_s`` after the cancel,
 whichever comes first.
 
-Progress is counted from the results topic: one read_committed reader follows it from the
-earliest submit time of the batches that have not ended, and a tally per batch counts each
-``custom_id`` once. Nothing here outlives a restart that Kafka does not hold: a new server
+Progress is counted from the results topic by :class:`~batchpipe.api.follow.
+ResultsFollower`. Every change of a batch's state is decided and written under one lock
+(a cancel too), so a batch cannot both end and be cancelled. A cancel writes
+``cancelling`` first and then announces the stop in the background; one that fails is retried
+by the loop, as is every ``cancelling`` batch's after a restart (a stop is idempotent).
+
+Each batch is advanced on its own: one that fails (its input file deleted by another
+replica, say) fails alone — ``failed`` with the reason in ``errors.data`` when its input
+is gone, retried on the next step otherwise — and never stops the others.
+
+Nothing here outlives a restart that Kafka does not hold: a new server
 (or a second replica) finds the unfinished batches on the state topic, counts their
 results again, publishes a ``validating`` batch again (the same transactional id fences
 the earlier publisher; readers count each ``custom_id`` once) and ends each batch in turn.
@@ -29,25 +37,24 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import KafkaException
 
 from batchpipe.api.assemble import assemble
+from batchpipe.api.follow import ResultsFollower
 from batchpipe.api.records import ENDPOINTS, BatchRecord, Counts, Usage
-from batchpipe.api.state import StateTopic
+from batchpipe.api.state import KafkaUnavailable, StateTopic
 from batchpipe.api.store import FileStore
 from batchpipe.batchfile import FileLimits, iter_file
 from batchpipe.client import Client
-from batchpipe.collect import BatchTally, batch_time, open_reader, record_headers, records
 from worker.cancellations import Stop, announce
 from worker.config import Config
-from worker.errors import ErrorCode, RequestError
+from worker.errors import ErrorCode
 from worker.routing import UnroutedModelError
-from worker.wire.codec import CodecLimits, decode_result
 
 log = logging.getLogger("batchpipe.api")
 
 _MAX_ERRORS = 100  # lines named in a failed batch's errors.data
-_READ_S = 0.2  # longest a step spends reading results
+_ANNOUNCE_TIMEOUT_S = 5.0  # a cancel's stop record; the loop retries it
 
 
 def _now() -> int:
@@ -62,12 +69,12 @@ class Lifecycle:
         self._state = state
         self._store = store
         self._limits = limits
-        self._codec_limits = CodecLimits.from_config(config.limits)
-        self._tallies: dict[str, BatchTally] = {}
-        self._reader: tuple[Consumer, int] | None = None
+        self.results = ResultsFollower(config)
         self._publishing: set[str] = set()
+        self._announced: set[str] = set()  # cancelled batches whose stop the broker has
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="api-publish")
         self._lock = threading.RLock()  # one change of a batch's state at a time
+        self._publish_lock = threading.Lock()  # never held over a Kafka call
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="api-lifecycle", daemon=True)
 
@@ -79,7 +86,7 @@ class Lifecycle:
         if self._thread.is_alive():
             self._thread.join(30)
         self._pool.shutdown(wait=True, cancel_futures=True)
-        self._close_reader()
+        self.results.close()
 
     @property
     def healthy(self) -> bool:
@@ -89,7 +96,7 @@ class Lifecycle:
 
     def progress(self, batch: BatchRecord) -> tuple[Counts, Usage | None]:
         """Live counts and usage of a batch that has not ended; the recorded ones after."""
-        tally = self._tallies.get(batch.id)
+        tally = self.results.tally(batch.id)
         if batch.terminal or tally is None:
             return batch.counts, batch.usage
         counts = Counts(batch.counts.total, tally.completed, tally.failed)
@@ -97,32 +104,55 @@ class Lifecycle:
         return counts, usage
 
     def publish(self, batch: BatchRecord) -> None:
-        """Publish a ``validating`` batch's requests in the background."""
-        with self._lock:
+        """Publish a ``validating`` batch's requests in the background; its results are
+        counted from now on."""
+        self.results.register(batch)
+        with self._publish_lock:
             if batch.id in self._publishing:
                 return
             self._publishing.add(batch.id)
         self._pool.submit(self._publish, batch.id)
 
-    def cancel(self, batch_id: str) -> BatchRecord:
-        """Stop the batch on every worker and mark it ``cancelling``."""
+    def cancel(self, batch_id: str) -> tuple[BatchRecord, bool]:
+        """Mark the batch ``cancelling`` and stop it on every worker; with False (and the
+        batch as it is) when it is finalizing or has ended. ``cancelling`` stays as it is."""
         with self._lock:
             batch = self._state.batch(batch_id)
-            assert batch is not None
-            if batch.status in ("cancelling", "cancelled"):
-                return batch
-            announce(self._config.kafka, Stop(batch.id, "cancelled", time.time()))
-            return self._state.put_batch(replace(batch, status="cancelling", cancelling_at=_now()))
+            if batch is None:
+                raise KeyError(batch_id)
+            if batch.status == "cancelling":
+                return batch, True
+            if batch.status not in ("validating", "in_progress"):
+                return batch, False
+            batch = self._state.put_batch(replace(batch, status="cancelling", cancelling_at=_now()))
+        # in the background: the answer waits for the state write only, never for the
+        # control topic; the loop retries an announcement that failed
+        self._pool.submit(self._announce_stop, batch)
+        return batch, True
+
+    def _announce_stop(self, batch: BatchRecord) -> None:
+        """Tell every worker the batch is cancelled; a failure is retried by the loop."""
+        try:
+            self._announce(Stop(batch.id, "cancelled", time.time()))
+        except (KafkaException, TimeoutError) as exc:
+            log.warning("batch %s: the stop was not announced, retrying: %s", batch.id, exc)
+            return
+        self._announced.add(batch.id)
+
+    def _announce(self, stop: Stop) -> None:
+        announce(self._config.kafka, stop, timeout_s=_ANNOUNCE_TIMEOUT_S)
 
     # -- publishing -------------------------------------------------------------------
 
     def _publish(self, batch_id: str) -> None:
         try:
             self._validate_and_publish(batch_id)
+        except FileNotFoundError:
+            self._input_gone(batch_id)
         except Exception:
             log.exception("publishing batch %s failed; retrying on the next step", batch_id)
         finally:
-            with self._lock:
+            with self._publish_lock:
                 self._publishing.discard(batch_id)
 
     def _validate_and_publish(self, batch_id: str) -> None:
@@ -170,6 +200,23 @@ class Lifecycle:
             stamped = {f"{status}_at": _now(), **changes}
             return self._state.put_batch(replace(batch, **stamped))  # type: ignore[arg-type]
 
+    def _input_gone(self, batch_id: str) -> None:
+        """The batch's input file is gone from the store (deleted through another
+        replica, or by hand): the batch cannot be published or assembled, so it fails,
+        saying why."""
+        batch = self._state.batch(batch_id)
+        if batch is None or batch.terminal:
+            return
+        error = {
+            "code": "input_file_missing",
+            "message": f"the input file {batch.input_file_id} was deleted before the batch "
+            "ended; its results cannot be assembled",
+            "param": "input_file_id",
+            "line": None,
+        }
+        log.warning("batch %s failed: input file %s is gone", batch.id, batch.input_file_id)
+        self._transition(batch.id, batch.status, status="failed", errors=(error,))
+
     # -- the loop ---------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -177,30 +224,41 @@ class Lifecycle:
         while not self._stop.wait(interval):
             try:
                 self._step()
-            except (KafkaException, OSError) as exc:
+            except (KafkaException, KafkaUnavailable, OSError) as exc:
                 log.warning("batch lifecycle step failed, retrying: %s", exc)
-                self._close_reader()
+                self.results.close()
 
     def _step(self) -> None:
         active = [b for b in self._state.batches() if not b.terminal]
         for batch in active:
             if batch.status == "validating":
                 self.publish(batch)
-        self._follow([b for b in active if b.status != "validating"])
+            elif batch.status == "cancelling" and batch.id not in self._announced:
+                self._announce_stop(batch)
+        self.results.follow([b for b in active if b.status != "validating"])
         now = time.time()
         for batch in active:
-            tally = self._tallies.get(batch.id)
-            done = tally is not None and tally.complete
-            if batch.status in ("in_progress", "finalizing") and done:
-                self._end(batch, "completed", None)
-            elif batch.status == "in_progress" and now >= batch.expires_at:
-                stop = Stop(batch.id, "expired", now)
-                announce(self._config.kafka, stop)
-                self._end(batch, "expired", stop)
-            elif batch.status == "cancelling" and (
-                done or now >= (batch.cancelling_at or 0) + self._config.api.cancel_grace_s
-            ):
-                self._end(batch, "cancelled", Stop(batch.id, "cancelled", now))
+            # each batch on its own: one that cannot advance never holds up the others
+            try:
+                self._advance(batch, now)
+            except FileNotFoundError:
+                self._input_gone(batch.id)
+            except Exception as exc:
+                log.warning("batch %s: step failed, retrying on the next: %r", batch.id, exc)
+
+    def _advance(self, batch: BatchRecord, now: float) -> None:
+        tally = self.results.tally(batch.id)
+        done = tally is not None and tally.complete
+        if batch.status in ("in_progress", "finalizing") and done:
+            self._end(batch, "completed", None)
+        elif batch.status == "in_progress" and now >= batch.expires_at:
+            stop = Stop(batch.id, "expired", now)
+            self._announce(stop)
+            self._end(batch, "expired", stop)
+        elif batch.status == "cancelling" and (
+            done or now >= (batch.cancelling_at or 0) + self._config.api.cancel_grace_s
+        ):
+            self._end(batch, "cancelled", Stop(batch.id, "cancelled", now))
 
     def _end(self, batch: BatchRecord, status: str, stop: Stop | None) -> None:
         if status == "completed" and batch.status == "in_progress":
@@ -215,7 +273,7 @@ class Lifecycle:
             )
         for record in (files.output, files.errors):
             if record is not None:
-                self._state.put_file(record)
+                self._state.put_file(record, idempotent=True)
         self._transition(
             batch.id,
             batch.status,
@@ -225,37 +283,4 @@ class Lifecycle:
             output_file_id=files.output.id if files.output else None,
             error_file_id=files.errors.id if files.errors else None,
         )
-        self._tallies.pop(batch.id, None)
         log.info("batch %s %s: %s", batch.id, status, files.counts)
-
-    def _follow(self, tracked: list[BatchRecord]) -> None:
-        """Count the results of ``tracked`` batches; a new batch restarts the reader at the
-        earliest submit time, and the counts from there (each custom_id counts once)."""
-        ids = {b.id for b in tracked}
-        for gone in set(self._tallies) - ids:
-            del self._tallies[gone]
-        if ids - set(self._tallies):
-            self._tallies = {b.id: BatchTally(b.id, b.counts.total) for b in tracked}
-            self._close_reader()
-        if not self._tallies:
-            return
-        if self._reader is None:
-            starts = [batch_time(b.id) for b in tracked]
-            since = None if None in starts else min(s for s in starts if s is not None)
-            kafka = self._config.kafka
-            self._reader = open_reader(kafka, kafka.results_topic, since)
-        consumer, partitions = self._reader
-        deadline = time.monotonic() + _READ_S
-        for msg in records(consumer, partitions, until_end=False, deadline=deadline):
-            try:
-                result = decode_result(msg.value(), record_headers(msg), self._codec_limits)
-            except RequestError:
-                continue
-            tally = self._tallies.get(result.batch_id)
-            if tally is not None:
-                tally.add(result)
-
-    def _close_reader(self) -> None:
-        if self._reader is not None:
-            self._reader[0].close()
-            self._reader = None

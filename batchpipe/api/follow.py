@@ -1,0 +1,119 @@
+"""The live progress of the batches that have not ended, counted from the results topic.
+
+One read_committed reader follows the results topic forward; a tally per batch counts
+each ``custom_id`` once. The reader never re-reads more than a new batch needs:
+
+* a batch created on this replica is :meth:`~ResultsFollower.register`-ed before its
+  requests are published, so its results all lie ahead of the reader: no re-read;
+* a batch first seen on the state topic (another replica's, or every unfinished batch at
+  start) may have results the reader already passed: the reader steps back to that
+  batch's submit time (less the clock skew), never further, and never past where it
+  already is on a partition. Records read twice count once.
+
+So the cost of a new batch is the records written since it was submitted, not the topic
+since the oldest unfinished batch (which was re-read in full for every new batch before).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from confluent_kafka import Consumer
+
+from batchpipe.api.records import BatchRecord
+from batchpipe.collect import (
+    BatchTally,
+    batch_time,
+    open_reader,
+    record_headers,
+    records,
+    start_offsets,
+)
+from worker.config import Config
+from worker.errors import RequestError
+from worker.wire.codec import CodecLimits, decode_result
+
+_READ_S = 0.2  # longest one step spends reading results
+
+
+def _since(batches: list[BatchRecord]) -> float | None:
+    """The earliest submit time of ``batches``; None (from the start) if one has none."""
+    starts = [batch_time(b.id) for b in batches]
+    return None if None in starts else min(s for s in starts if s is not None)
+
+
+class ResultsFollower:
+    def __init__(self, config: Config) -> None:
+        self._kafka = config.kafka
+        self._codec_limits = CodecLimits.from_config(config.limits)
+        self._tallies: dict[str, BatchTally] = {}
+        self._lock = threading.Lock()  # register() runs on request threads
+        self._reader: Consumer | None = None
+        self._partitions: list[int] = []
+        self._next: dict[int, int] = {}  # per partition, the offset the reader reads next
+        self.records_read = 0  # how many records the reader has read, for measurements
+
+    def tally(self, batch_id: str) -> BatchTally | None:
+        with self._lock:
+            return self._tallies.get(batch_id)
+
+    def register(self, batch: BatchRecord) -> None:
+        """Count ``batch`` from the reader's position on: its requests are not out yet."""
+        with self._lock:
+            self._tallies.setdefault(batch.id, BatchTally(batch.id, batch.counts.total))
+
+    def follow(self, active: list[BatchRecord]) -> None:
+        """Count the results of ``active`` for at most ``_READ_S``; forget the others."""
+        ids = {b.id for b in active}
+        with self._lock:
+            for gone in set(self._tallies) - ids:
+                del self._tallies[gone]
+            new = [b for b in active if b.id not in self._tallies]
+            for batch in new:
+                self._tallies[batch.id] = BatchTally(batch.id, batch.counts.total)
+            tracked = [b for b in active if b.id in self._tallies]
+        if not tracked:
+            return
+        if self._reader is None:
+            self._open(_since(tracked))
+        elif new:
+            self._step_back(_since(new))
+        assert self._reader is not None
+        deadline = time.monotonic() + _READ_S
+        for msg in records(self._reader, len(self._partitions), until_end=False, deadline=deadline):
+            self._next[msg.partition() or 0] = (msg.offset() or 0) + 1
+            self.records_read += 1
+            try:
+                result = decode_result(msg.value(), record_headers(msg), self._codec_limits)
+            except RequestError:
+                continue
+            tally = self.tally(result.batch_id)
+            if tally is not None:
+                tally.add(result)
+
+    def _open(self, since: float | None) -> None:
+        topic = self._kafka.results_topic
+        consumer, count = open_reader(self._kafka, topic, None)
+        self._reader = consumer
+        self._partitions = list(range(count))
+        self._next = {}
+        self._step_back(since)
+
+    def _step_back(self, since: float | None) -> None:
+        """Read again from ``since`` on, where that is before the reader's position."""
+        assert self._reader is not None
+        topic = self._kafka.results_topic
+        starts = start_offsets(self._reader, topic, self._partitions, since)
+        for start in starts:
+            at = self._next.get(start.partition)
+            if at is not None and at < start.offset:
+                start.offset = at
+            self._next[start.partition] = start.offset
+        self._reader.assign(starts)
+
+    def close(self) -> None:
+        """Drop the reader (after a Kafka error); the next :meth:`follow` opens one."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
