@@ -145,6 +145,8 @@ class ApiConfig:
     # its error file as batch_cancelled by the server itself
     cancel_grace_s: float = 600.0
     poll_interval_ms: int = 500  # how often the server looks at its batches' progress
+    # the console's cost column: tokens (input + output) / 1000 × this; 0 shows no cost
+    price_per_1k_tokens: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException
 
 from batchpipe.api import batches, files
 from batchpipe.api.auth import Keys
+from batchpipe.api.console import console_router
 from batchpipe.api.context import Services, file_limits
 from batchpipe.api.errors import ApiError, unavailable
 from batchpipe.api.guard import Guard, body_limit
@@ -94,6 +95,7 @@ def create_app(
     )
     app.include_router(files.router)
     app.include_router(batches.router)
+    app.include_router(console_router(config.api, open_mode=keys.open))
     app.add_middleware(Guard, limit=body_limit(config.api), open=keys.open)
 
     @app.exception_handler(ApiError)
