@@ -6,9 +6,13 @@ each ``custom_id`` once. The reader never re-reads more than a new batch needs:
 * a batch created on this replica is :meth:`~ResultsFollower.register`-ed before its
   requests are published, so its results all lie ahead of the reader: no re-read;
 * a batch first seen on the state topic (another replica's, or every unfinished batch at
-  start) may have results the reader already passed: the reader steps back to that
-  batch's submit time (less the clock skew), never further, and never past where it
-  already is on a partition. Records read twice count once.
+  start) may have results the reader already passed: the reader steps back to where it
+  was at that batch's submit time (less the clock skew) — from its own marks of where it
+  stood when, or from the broker's time index, whichever is later — and never past where
+  it already is on a partition. Records read twice count once.
+
+The marks matter: the embedded broker (Tansu 0.6) answers every ``offsets_for_times``
+with offset 0, so the broker's index alone would re-read the whole topic there.
 
 So the cost of a new batch is the records written since it was submitted, not the topic
 since the oldest unfinished batch (which was re-read in full for every new batch before).
@@ -16,6 +20,7 @@ since the oldest unfinished batch (which was re-read in full for every new batch
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 
@@ -23,6 +28,7 @@ from confluent_kafka import Consumer
 
 from batchpipe.api.records import BatchRecord
 from batchpipe.collect import (
+    CLOCK_SKEW_S,
     BatchTally,
     batch_time,
     open_reader,
@@ -35,6 +41,8 @@ from worker.errors import RequestError
 from worker.wire.codec import CodecLimits, decode_result
 
 _READ_S = 0.2  # longest one step spends reading results
+_MARK_EVERY_S = 30.0  # how often the reader notes where it stands
+_MARKS = 2_880  # a day of marks
 
 
 def _since(batches: list[BatchRecord]) -> float | None:
@@ -44,14 +52,25 @@ def _since(batches: list[BatchRecord]) -> float | None:
 
 
 class ResultsFollower:
-    def __init__(self, config: Config) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        clock_skew_s: float = CLOCK_SKEW_S,
+        mark_every_s: float = _MARK_EVERY_S,
+    ) -> None:
         self._kafka = config.kafka
+        self._clock_skew_s = clock_skew_s  # between this replica's clock and the others'
+        self._mark_every_s = mark_every_s
         self._codec_limits = CodecLimits.from_config(config.limits)
         self._tallies: dict[str, BatchTally] = {}
         self._lock = threading.Lock()  # register() runs on request threads
         self._reader: Consumer | None = None
         self._partitions: list[int] = []
         self._next: dict[int, int] = {}  # per partition, the offset the reader reads next
+        # (wall time, _next then): every record appended after that time lies at or after
+        self._mark_times: list[float] = []
+        self._marks: list[dict[int, int]] = []
         self.records_read = 0  # how many records the reader has read, for measurements
 
     def tally(self, batch_id: str) -> BatchTally | None:
@@ -91,6 +110,21 @@ class ResultsFollower:
             tally = self.tally(result.batch_id)
             if tally is not None:
                 tally.add(result)
+        self._mark()
+
+    def _mark(self) -> None:
+        now = time.time()
+        if self._mark_times and now - self._mark_times[-1] < self._mark_every_s:
+            return
+        self._mark_times.append(now)
+        self._marks.append(dict(self._next))
+        if len(self._marks) > _MARKS:
+            del self._mark_times[0], self._marks[0]
+
+    def _mark_before(self, at: float) -> dict[int, int]:
+        """Where the reader stood at the last mark at or before ``at`` ({} if none)."""
+        index = bisect.bisect_right(self._mark_times, at)
+        return self._marks[index - 1] if index else {}
 
     def _open(self, since: float | None) -> None:
         topic = self._kafka.results_topic
@@ -98,6 +132,7 @@ class ResultsFollower:
         self._reader = consumer
         self._partitions = list(range(count))
         self._next = {}
+        self._mark_times, self._marks = [], []
         self._step_back(since)
 
     def _step_back(self, since: float | None) -> None:
@@ -105,7 +140,9 @@ class ResultsFollower:
         assert self._reader is not None
         topic = self._kafka.results_topic
         starts = start_offsets(self._reader, topic, self._partitions, since)
+        mark = {} if since is None else self._mark_before(since - self._clock_skew_s)
         for start in starts:
+            start.offset = max(start.offset, mark.get(start.partition, start.offset))
             at = self._next.get(start.partition)
             if at is not None and at < start.offset:
                 start.offset = at
