@@ -48,6 +48,7 @@ from batchpipe.collect import (
 from batchpipe.progress import Progress
 from worker.config import Config, load_config, producer_max_bytes
 from worker.errors import BatchpipeError, RequestError
+from worker.feeder.naming import check_weight, pending_headers, pending_topic
 from worker.kafka import clients
 from worker.kafka.produce import produce
 from worker.routing import RoutingTable
@@ -129,6 +130,8 @@ class Client:
         self,
         requests: Iterable[InferenceRequest | Mapping[str, Any]],
         batch_id: str | None = None,
+        *,
+        weight: float | None = None,
     ) -> SubmitReceipt:
         """Validate and publish requests (dataclasses or OpenAI/Bailian batch-line dicts).
 
@@ -136,22 +139,39 @@ class Client:
         request is invalid, :class:`~worker.routing.UnroutedModelError` (nothing published)
         when routes are configured and a request's model has none, ``KafkaException`` when
         publishing fails (nothing committed).
+
+        With ``scheduling.fair`` the batch goes to the pending topic, and the feeder moves
+        it on by fair share (docs/architecture.md §10); ``weight`` (default
+        ``scheduling.weight``) is its share against other batches; ``ValueError`` when it
+        is not in (0, 1000].
         """
         checked = validate_requests(requests, self.limits)
-        return self._publish(checked, len(checked), batch_id, {r.model for r in checked})
+        models = {r.model for r in checked}
+        return self._publish(checked, len(checked), batch_id, models, weight)
 
     def submit_file(
-        self, path: str | os.PathLike[str], batch_id: str | None = None
+        self,
+        path: str | os.PathLike[str],
+        batch_id: str | None = None,
+        *,
+        weight: float | None = None,
     ) -> SubmitReceipt:
         """Validate and publish a JSONL batch file; see :meth:`submit`.
 
         The file is streamed twice (validate, then publish), never held in memory.
         """
         scan = scan_file(path, self.limits)
-        return self._publish(iter_file(path, self.limits), scan.total, batch_id, scan.models)
+        requests = iter_file(path, self.limits)
+        return self._publish(requests, scan.total, batch_id, scan.models, weight)
 
     def publish_file(
-        self, path: str | os.PathLike[str], total: int, batch_id: str, models: Collection[str]
+        self,
+        path: str | os.PathLike[str],
+        total: int,
+        batch_id: str,
+        models: Collection[str],
+        *,
+        weight: float | None = None,
     ) -> SubmitReceipt:
         """Publish a file that :func:`~batchpipe.batchfile.scan_file` already accepted
         (the API server validates each file once, at upload), naming ``models``; see
@@ -160,7 +180,7 @@ class Client:
         Publishing again with the same ``batch_id`` fences an earlier publisher of it and
         duplicates nothing that readers count: results are kept once per ``custom_id``.
         """
-        return self._publish(iter_file(path, self.limits), total, batch_id, models)
+        return self._publish(iter_file(path, self.limits), total, batch_id, models, weight)
 
     def _publish(
         self,
@@ -168,8 +188,10 @@ class Client:
         total: int,
         batch_id: str | None,
         models: Collection[str],
+        weight: float | None,
     ) -> SubmitReceipt:
-        kafka = self.config.kafka
+        kafka, fair = self.config.kafka, self.config.scheduling.fair
+        share = check_weight(self.config.scheduling.weight if weight is None else weight)
         # every model is routed before anything is produced: a refused batch leaves no
         # record at all (aborted records still reach readers on some brokers, §7)
         routes = {model: self.routing.topic_for(model) for model in models}
@@ -178,6 +200,10 @@ class Client:
         max_bytes = producer_max_bytes(kafka, self.config.limits)
         topics = [*sorted(set(routes.values())), kafka.results_topic, kafka.dead_letter_topic]
         clients.ensure_topics(kafka, topics, max_message_bytes=max_bytes)
+        if fair:  # one partition: one feeder moves it in order (§10)
+            pending = [pending_topic(t) for t in sorted(set(routes.values()))]
+            clients.ensure_topics(kafka, pending, partitions=1, max_message_bytes=max_bytes)
+        scheduling = pending_headers(batch_id, share) if fair else []
         producer = clients.producer(
             kafka,
             transactional_id=f"batchpipe-submit-{batch_id}",
@@ -196,6 +222,8 @@ class Client:
                     req, batch_id=batch_id, batch_total=total, submitted_at=submitted_at
                 )
                 value, headers = encode_request(stamped)
+                if fair:
+                    topic, headers = pending_topic(topic), [*headers, *scheduling]
                 produce(producer, topic, req.custom_id.encode(), value, headers)
             producer.commit_transaction(TRANSACTION_LIFETIME_S)
         except BaseException:
@@ -319,7 +347,10 @@ class Client:
         """The first request of the batch on a requests topic it may be routed to, None if
         there is none."""
         kafka = self.config.kafka
-        for topic in self.routing.topics:
+        topics = list(self.routing.topics)
+        if self.config.scheduling.fair:  # not fed yet: still on the pending topic (§10)
+            topics += [pending_topic(t) for t in self.routing.topics]
+        for topic in topics:
             try:
                 consumer, partitions = open_reader(kafka, topic, since)
             except KafkaException as exc:

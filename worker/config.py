@@ -150,6 +150,23 @@ class ApiConfig:
 
 
 @dataclass(frozen=True)
+class SchedulingConfig:
+    """Fair share between batches (docs/architecture.md §10)."""
+
+    # on: publishers write batches to <requests_topic>.pending and a feeder in the worker
+    # fleet moves them into the requests topic by weighted fair share; off: straight in
+    fair: bool = False
+    weight: float = 1.0  # a batch's weight unless its publisher gives one
+    quantum: int = 16  # requests a batch of weight 1 is fed per turn
+    # the requests topic holds at most max(min_depth, answered/s × depth_s) unanswered
+    # records that the feeder fed; min_depth 0: 2 × batching.prefetch_count (a fleet of
+    # more than two workers on a slow engine wants workers × prefetch_count)
+    min_depth: int = 0
+    depth_s: float = 0.5
+    max_depth: int = 8192
+
+
+@dataclass(frozen=True)
 class WorkerConfig:
     worker_id: str = ""  # stable per instance (transactional.id); default: hostname-pid
     drain_timeout_s: float = 30.0
@@ -168,6 +185,7 @@ class Config:
     metrics: MetricsConfig = MetricsConfig()
     worker: WorkerConfig = WorkerConfig()
     api: ApiConfig = ApiConfig()
+    scheduling: SchedulingConfig = SchedulingConfig()
 
     def to_dict(self) -> dict[str, Any]:
         plain: dict[str, Any] = _plain(asdict(self))
@@ -277,6 +295,11 @@ def _inconsistencies(config: Config) -> list[str]:
             f"batching.max_batch_size: {b.max_batch_size} exceeds batching.prefetch_count "
             f"({b.prefetch_count}): at most prefetch_count requests are in the worker at once, "
             "so no batch would ever fill and every batch would wait batching.timeout_ms"
+        )
+    sc = config.scheduling
+    if sc.min_depth > sc.max_depth:
+        found.append(
+            f"scheduling.min_depth: {sc.min_depth} exceeds scheduling.max_depth ({sc.max_depth})"
         )
     if config.api.s3_endpoint_url and config.api.store != "s3":
         found.append("api.s3_endpoint_url: set, but api.store is not s3")

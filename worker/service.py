@@ -35,6 +35,7 @@ from worker.config import Config
 from worker.engines.base import Engine
 from worker.engines.factory import create_engine, resolve_kind
 from worker.errors import ErrorCode, ModelLoadError
+from worker.feeder.feeder import Feeder
 from worker.held import HeldRecords
 from worker.intake import DeadLetter, Intake
 from worker.jobs import Identity, Job, Source
@@ -118,6 +119,7 @@ class Worker:
         self._outbox: Outbox | None = None
         self._engine_stage: Stage | None = None
         self._stops: Cancellations | None = None
+        self._feeder: Feeder | None = None  # scheduling.fair: this worker's feeder role
 
     @property
     def engine_stage(self) -> Stage:
@@ -156,6 +158,9 @@ class Worker:
             self._start_kafka()
             if self.config.metrics.enabled:  # the lag is a metric: nothing reads it otherwise
                 self.lag.start()
+            if self.config.scheduling.fair:
+                self._feeder = Feeder(self.config, self.metrics.registry)
+                self._feeder.start()
             return self._loop()
         except FatalKafkaError as exc:
             log.error("fatal Kafka error, exiting: %s", exc)
@@ -238,6 +243,8 @@ class Worker:
 
     def _shutdown(self) -> None:
         # after a fatal Kafka error every commit fails again: the worker still leaves cleanly
+        if self._feeder is not None:
+            self._feeder.stop()  # first: it hands the pending partition to another worker
         if self._lag is not None:
             self._lag.stop()  # its queries use the consumer
         if self._consumer is not None:

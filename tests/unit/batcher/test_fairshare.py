@@ -1,0 +1,105 @@
+"""Weighted fair share between batches (batcher/fairshare.py): shares by weight, no burst
+for late or idle batches, never more than what waits."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from batcher.fairshare import FairShare
+
+
+def serve(fair: FairShare, total: int, room: int = 10_000) -> Counter[str]:
+    served: Counter[str] = Counter()
+    while sum(served.values()) < total:
+        picked = fair.next(room)
+        assert picked is not None
+        served[picked[0]] += picked[1]
+    return served
+
+
+def test_a_small_batch_added_behind_a_large_one_is_served_within_its_first_turns() -> None:
+    fair = FairShare(quantum=8)
+    fair.add("alice", 20_000)
+    serve(fair, 800)  # alice ran alone for a while
+    fair.add("bob", 10)
+    order = [picked for _ in range(4) if (picked := fair.next(10_000)) is not None]
+    assert sum(c for b, c in order if b == "bob") == 10  # bob done within two slices each
+
+
+def test_weights_three_to_one_share_three_to_one() -> None:
+    fair = FairShare(quantum=4)
+    fair.add("heavy", 100_000, weight=3.0)
+    fair.add("light", 100_000, weight=1.0)
+    served = serve(fair, 8_000)
+    assert served["heavy"] / served["light"] == pytest.approx(3.0, rel=0.02)
+
+
+def test_a_batch_alone_is_served_as_fast_as_there_is_room() -> None:
+    fair = FairShare(quantum=8)
+    fair.add("only", 1_000)
+    assert fair.next(500) == ("only", 8)  # one slice a call: the caller asks again
+    assert fair.next(0) is None
+
+
+def test_never_more_than_what_waits_and_nothing_once_drained() -> None:
+    fair = FairShare(quantum=100)
+    fair.add("a", 3)
+    assert fair.next(1_000) == ("a", 3)
+    assert fair.next(1_000) is None
+    assert len(fair) == 0
+
+
+def test_an_idle_batch_earns_no_burst_when_it_comes_back() -> None:
+    fair = FairShare(quantum=1)
+    fair.add("steady", 10_000)
+    fair.add("bursty", 1)
+    serve(fair, 2)  # bursty's one request served; it is idle now
+    serve(fair, 1_000)  # steady alone
+    fair.add("bursty", 1_000)
+    served = serve(fair, 200)
+    assert served["bursty"] == pytest.approx(100, abs=2)  # half, not all of it
+
+
+def test_removed_batches_leave_no_trace() -> None:
+    fair = FairShare(quantum=2)
+    fair.add("a", 10)
+    fair.add("b", 10)
+    assert fair.remove("a") == 10
+    fair.add("a", 1)  # the same id again: a new batch as far as shares go
+    served = serve(fair, 11)
+    assert served == Counter({"a": 1, "b": 10})
+
+
+def test_refuses_what_cannot_be_a_share() -> None:
+    with pytest.raises(ValueError, match="quantum"):
+        FairShare(quantum=0)
+    with pytest.raises(ValueError, match="weight"):
+        FairShare(quantum=1).add("a", 1, weight=0)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 5), st.integers(1, 50), st.sampled_from([0.5, 1.0, 2.0, 3.0])),
+        min_size=1,
+        max_size=30,
+    ),
+    st.integers(1, 16),
+)
+def test_every_request_is_served_exactly_once(
+    arrivals: list[tuple[int, int, float]], quantum: int
+) -> None:
+    fair = FairShare(quantum)
+    added: Counter[str] = Counter()
+    weights: dict[str, float] = {}
+    for batch, count, weight in arrivals:
+        name = f"b{batch}"
+        weight = weights.setdefault(name, weight)  # a batch keeps its weight
+        fair.add(name, count, weight)
+        added[name] += count
+    served = serve(fair, sum(added.values()), room=7)
+    assert served == added
+    assert fair.next(7) is None

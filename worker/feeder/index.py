@@ -1,0 +1,111 @@
+"""Where each batch's unfed requests lie in the pending partition: the feeder's index.
+
+The pending partition is scanned once, in order. Each record is noted against its batch
+(the ``batch-id`` header) as part of a *run*: consecutive records of one batch, with no
+record of another batch between them (offsets may skip transaction markers). A batch that
+``submit`` wrote in one transaction is one run, unless another batch was written at the
+same moment. Feeding takes a batch's records in offset order, so what of a batch was fed
+is exactly its records below its *cursor* (``fed_to``): that one number per batch,
+written to the feeder's state topic with each slice, lets a new feeder skip what was fed.
+
+Invariants:
+
+* a batch's runs are disjoint, increasing and hold only that batch's records;
+* ``low_water()`` is at or below every unfed record: the pending partition's committed
+  offset never passes a request that still has to be fed;
+* what is kept is a few numbers per run and per batch, never a record's body.
+
+Pure logic: no Kafka here (:mod:`worker.feeder.feeder` reads and writes).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Run:
+    """Records of one batch at offsets ``[start, end)``: ``count`` of them (markers skipped)."""
+
+    start: int
+    end: int
+    count: int
+
+
+@dataclass
+class PendingBatch:
+    batch_id: str
+    weight: float
+    runs: deque[Run] = field(default_factory=deque)
+
+    @property
+    def waiting(self) -> int:
+        return sum(run.count for run in self.runs)
+
+
+class PendingIndex:
+    """The unfed records of every batch, and what was fed (``fed_to``) per batch."""
+
+    def __init__(self, fed_to: dict[str, int] | None = None, start: int = 0) -> None:
+        self.batches: dict[str, PendingBatch] = {}
+        #: per batch: every record of it below this offset was fed (its state record)
+        self.fed_to: dict[str, int] = dict(fed_to or {})
+        #: per batch fully fed as far as scanned: the offset after its last record
+        self.finished: dict[str, int] = {}
+        self.frontier = start  # the next offset to scan
+        self._last_batch: str | None = None  # the batch of the record scanned last
+
+    def scan(self, offset: int, batch_id: str, weight: float) -> bool:
+        """Note the record at ``offset`` (offsets increase); False when it was fed already."""
+        self.frontier = offset + 1
+        if offset < self.fed_to.get(batch_id, 0):
+            self._last_batch = None  # a fed record ends any run
+            return False
+        batch = self.batches.get(batch_id)
+        if batch is None:
+            batch = self.batches[batch_id] = PendingBatch(batch_id, weight)
+            self.finished.pop(batch_id, None)
+        if self._last_batch == batch_id and batch.runs:
+            run = batch.runs[-1]
+            run.end, run.count = offset + 1, run.count + 1
+        else:
+            batch.runs.append(Run(offset, offset + 1, 1))
+        self._last_batch = batch_id
+        return True
+
+    def cursor(self, batch_id: str) -> int:
+        """The offset of ``batch_id``'s next unfed record."""
+        return self.batches[batch_id].runs[0].start
+
+    def fed(self, batch_id: str, offset: int) -> None:
+        """The record of ``batch_id`` at ``offset`` (its next unfed one) was fed."""
+        batch = self.batches[batch_id]
+        run = batch.runs[0]
+        if not run.start <= offset < run.end:
+            raise ValueError(f"{batch_id}: fed {offset}, but its next run is {run}")
+        run.start, run.count = offset + 1, run.count - 1
+        self.fed_to[batch_id] = offset + 1
+        if run.count == 0:
+            batch.runs.popleft()
+            if batch.runs:
+                self.fed_to[batch_id] = batch.runs[0].start
+        if not batch.runs:
+            del self.batches[batch_id]
+            self.finished[batch_id] = self.fed_to[batch_id]
+            if self._last_batch == batch_id:
+                self._last_batch = None
+
+    def low_water(self) -> int:
+        """The lowest offset still to be fed, or the frontier when everything scanned is."""
+        starts = [b.runs[0].start for b in self.batches.values()]
+        return min(starts, default=self.frontier)
+
+    def retire(self, committed: int) -> list[str]:
+        """Batches whose every record lies below ``committed`` (the pending partition's new
+        committed offset): a new feeder will never scan them, so their state can go."""
+        gone = [b for b, end in self.finished.items() if end <= committed]
+        for batch_id in gone:
+            del self.finished[batch_id]
+            self.fed_to.pop(batch_id, None)
+        return gone

@@ -1,0 +1,49 @@
+"""The feeder's metrics, in the worker's registry (docs/metrics.md)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class FeederMetrics:
+    """Thread-safe: the feeder's thread sets them, the metrics server reads them."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._depth = Gauge(
+            "batchpipe_feeder_depth",
+            "Records the feeder fed to the requests topic that no worker committed yet.",
+            registry=registry,
+        )
+        self._limit = Gauge(
+            "batchpipe_feeder_depth_limit",
+            "The depth the feeder keeps the requests topic under (scheduling.*_depth).",
+            registry=registry,
+        )
+        self._active = Gauge(
+            "batchpipe_feeder_active_batches",
+            "Batches with requests waiting in the pending topic.",
+            registry=registry,
+        )
+        self._fed = Counter(
+            "batchpipe_feeder_fed",
+            "Requests moved from the pending topic into the requests topic.",
+            registry=registry,
+        )
+        self._owner = Gauge(
+            "batchpipe_feeder_owner",
+            "1 while this worker's feeder holds the pending partition (one per fleet).",
+            registry=registry,
+        )
+
+    def owner(self, owns: bool) -> None:
+        self._owner.set(1 if owns else 0)
+
+    def depth(self, depth: int, limit: int) -> None:
+        self._depth.set(depth)
+        self._limit.set(limit)
+
+    def active(self, batches: int) -> None:
+        self._active.set(batches)
+
+    def fed(self, count: int) -> None:
+        self._fed.inc(count)
