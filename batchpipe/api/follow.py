@@ -16,6 +16,7 @@ with offset 0, so the broker's index alone would re-read the whole topic there.
 
 So the cost of a new batch is the records written since it was submitted, not the topic
 since the oldest unfinished batch (which was re-read in full for every new batch before).
+A reader dropped after a Kafka error is reopened where it stopped.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import bisect
 import threading
 import time
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 
 from batchpipe.api.records import BatchRecord
 from batchpipe.collect import (
@@ -94,8 +95,8 @@ class ResultsFollower:
             tracked = [b for b in active if b.id in self._tallies]
         if not tracked:
             return
-        if self._reader is None:
-            self._open(_since(tracked))
+        if self._reader is None and not self._reopen():
+            self._step_back(_since(tracked))  # a fresh reader: from the oldest batch
         elif new:
             self._step_back(_since(new))
         assert self._reader is not None
@@ -126,14 +127,19 @@ class ResultsFollower:
         index = bisect.bisect_right(self._mark_times, at)
         return self._marks[index - 1] if index else {}
 
-    def _open(self, since: float | None) -> None:
+    def _reopen(self) -> bool:
+        """Open the reader; True when it goes on where the last one stopped (after a
+        Kafka error), False when it is fresh and must be placed."""
         topic = self._kafka.results_topic
         consumer, count = open_reader(self._kafka, topic, None)
         self._reader = consumer
         self._partitions = list(range(count))
+        if self._next and set(self._partitions) <= set(self._next):
+            consumer.assign([TopicPartition(topic, p, self._next[p]) for p in self._partitions])
+            return True
         self._next = {}
         self._mark_times, self._marks = [], []
-        self._step_back(since)
+        return False
 
     def _step_back(self, since: float | None) -> None:
         """Read again from ``since`` on, where that is before the reader's position."""
@@ -150,7 +156,8 @@ class ResultsFollower:
         self._reader.assign(starts)
 
     def close(self) -> None:
-        """Drop the reader (after a Kafka error); the next :meth:`follow` opens one."""
+        """Drop the reader (after a Kafka error); the next :meth:`follow` opens one where
+        this one stopped, with the counts so far."""
         if self._reader is not None:
             self._reader.close()
             self._reader = None

@@ -114,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             at_end_after(follower, [old], idle_s=1.5)  # a mark at the end, 1 s old
             new = batch(new_batch_id(time.time()), 10)
             before = follower.records_read
-            if mode == "from_start":  # what the lifecycle did for every new batch
-                follower.close()
+            if mode == "from_start":  # what the lifecycle did for every new batch:
+                follower.close()  # a reader (and counts) from the oldest batch again
+                follower = ResultsFollower(config)
+                before = 0
             seconds = at_end_after(follower, [old, new], idle_s=2.0)
             rows[mode] = {
                 "first_read_s": round(first_s, 2),

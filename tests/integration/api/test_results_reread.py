@@ -37,4 +37,9 @@ def test_a_batch_seen_late_is_counted_from_its_submit_time_only(kafka_config: Co
     assert follower.records_read - before == NEW_RESULTS  # not the old batch's too
     old_tally = follower.tally(old.id)
     assert old_tally is not None and old_tally.answered == OLD_RESULTS
+    # a Kafka error drops the reader: the next one goes on where it stopped
+    follower.close()
+    read = follower.records_read
+    at_end_after(follower, [old, late], idle_s=1.0)
+    assert follower.records_read == read
     follower.close()
