@@ -149,8 +149,8 @@ class Lifecycle:
             self._validate_and_publish(batch_id)
         except FileNotFoundError:
             self._input_gone(batch_id)
-        except Exception:
-            log.exception("publishing batch %s failed; retrying on the next step", batch_id)
+        except Exception as exc:  # Kafka down, say: one line per try, not a traceback
+            log.warning("publishing batch %s failed, retrying on the next step: %r", batch_id, exc)
         finally:
             with self._publish_lock:
                 self._publishing.discard(batch_id)
