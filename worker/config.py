@@ -147,6 +147,9 @@ class ApiConfig:
     poll_interval_ms: int = 500  # how often the server looks at its batches' progress
     # the console's cost column: tokens (input + output) / 1000 × this; 0 shows no cost
     price_per_1k_tokens: float = 0.0
+    # a file without expires_after (an upload) or output_expires_after (a batch's output)
+    # expires this long after it was created; 0 keeps files until they are deleted
+    file_expires_after_s: int = 30 * 24 * 3600
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ error file. A batch that ends cancelled or expired also has requests no worker a
 each of them gets an error line with code 4005 ``batch_cancelled`` or 4006
 ``batch_expired``, built from the input file, so every ``custom_id`` of the batch appears
 exactly once. File ids are derived from the batch id, so assembling twice (a restart, a
-second replica) writes the same files.
+second replica) writes the same files. Both files expire the batch's
+``output_expires_after`` after they are written (:mod:`batchpipe.api.retention`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from batchpipe.api.records import BatchRecord, Counts, FileRecord, Usage
+from batchpipe.api.retention import expiry
 from batchpipe.api.store import FileStore
 from batchpipe.batchfile import FileLimits, iter_file
 from batchpipe.collect import BatchTally, batch_results, batch_time, open_reader, write_result
@@ -90,8 +92,9 @@ def assemble(
                     )
                     if tally.add(answer):
                         write_result(answer, out, err)
+        expires_at = expiry(created_at, batch.output_expires_after, config.api)
         files = [
-            _store(store, path, batch, kind, created_at)
+            _store(store, path, batch, kind, created_at, expires_at)
             for path, kind in ((out_path, "output"), (err_path, "errors"))
         ]
     return Assembled(
@@ -103,7 +106,12 @@ def assemble(
 
 
 def _store(
-    store: FileStore, path: Path, batch: BatchRecord, kind: str, created_at: int
+    store: FileStore,
+    path: Path,
+    batch: BatchRecord,
+    kind: str,
+    created_at: int,
+    expires_at: int | None,
 ) -> FileRecord | None:
     size = path.stat().st_size
     if size == 0:
@@ -115,6 +123,7 @@ def _store(
         size=size,
         created_at=created_at,
         purpose="batch_output",
+        expires_at=expires_at,
     )
     store.put(record.id, path)
     return record

@@ -9,7 +9,10 @@ server routes models (``kafka.routes``), a file whose model has no route is refu
 is a 400 naming it; the body must be ``application/json`` (415) and at most
 :data:`~batchpipe.api.guard.MAX_JSON_BYTES` (413), and a body nested too deeply to parse
 is a 400. The batch is written under its input file's lock (:meth:`StateTopic.guard`),
-so a concurrent deletion of the file either comes first (404) or sees the batch (409).
+so a concurrent deletion of the file either comes first (404) or sees the batch (409),
+and so does the sweep of an expired file. ``output_expires_after`` sets how long its
+output and error files live (:mod:`batchpipe.api.retention`); an expired input file is
+a 404, as a deleted one.
 
 Cancel: ``validating`` and ``in_progress`` become ``cancelling``; ``cancelling`` answers
 the batch as it is (a retried cancel is safe); a batch that is finalizing or has ended is
@@ -30,6 +33,7 @@ from batchpipe.api.errors import ApiError, bad_request, not_found
 from batchpipe.api.guard import require_json
 from batchpipe.api.pages import page
 from batchpipe.api.records import ENDPOINTS, BatchRecord, Counts
+from batchpipe.api.retention import expired, expires_after
 from batchpipe.collect import new_batch_id
 from worker.routing import UnroutedModelError
 
@@ -68,12 +72,11 @@ def _new_batch(svc: Services, body: Mapping[str, Any], who: str) -> BatchRecord:
     unknown = sorted(set(body) - _FIELDS)
     if unknown:
         raise bad_request(f"{unknown[0]}: unknown parameter", unknown[0])
-    if "output_expires_after" in body:
-        raise bad_request(
-            "output_expires_after: not supported; batchpipe keeps output files until they "
-            "are deleted",
-            "output_expires_after",
-        )
+    output_expires_after = (
+        None
+        if body.get("output_expires_after") is None
+        else expires_after(body["output_expires_after"], "output_expires_after")
+    )
     endpoint = body.get("endpoint")
     if not isinstance(endpoint, str) or endpoint not in ENDPOINTS:
         raise bad_request(
@@ -90,16 +93,22 @@ def _new_batch(svc: Services, body: Mapping[str, Any], who: str) -> BatchRecord:
     if not isinstance(file_id, str) or not file_id:
         raise bad_request("input_file_id: required, a file id (a string)", "input_file_id")
     with svc.state.guard(file_id):
-        batch = _batch_of(svc, file_id, who, endpoint, window, metadata)
+        batch = _batch_of(svc, file_id, who, endpoint, window, metadata, output_expires_after)
     svc.lifecycle.publish(batch)
     return batch
 
 
 def _batch_of(
-    svc: Services, file_id: str, who: str, endpoint: str, window: str, metadata: dict[str, str]
+    svc: Services,
+    file_id: str,
+    who: str,
+    endpoint: str,
+    window: str,
+    metadata: dict[str, str],
+    output_expires_after: int | None,
 ) -> BatchRecord:
     file = svc.state.file(file_id)
-    if file is None or file.owner != who:
+    if file is None or file.owner != who or expired(file):
         raise not_found("file", file_id, "input_file_id")
     if file.purpose != "batch":
         raise bad_request(
@@ -121,6 +130,7 @@ def _batch_of(
         expires_at=int(created) + COMPLETION_WINDOWS_S[window],
         metadata=metadata,
         model=file.model,
+        output_expires_after=output_expires_after,
         counts=Counts(total=file.lines),
     )
     return svc.state.put_batch(batch)

@@ -10,6 +10,10 @@ with any bad line is refused naming its bad lines (the first
 not ended reads it, checked and written under the file's lock (:meth:`StateTopic.guard`),
 which creating a batch from it holds too. Files the server produces (a batch's output
 and error files) have purpose ``batch_output`` and can be downloaded, not uploaded.
+``expires_after`` (as the SDK sends it: ``expires_after[anchor]``,
+``expires_after[seconds]``) sets ``expires_at``; an expired file is absent from the list
+and a 404 everywhere else (:mod:`batchpipe.api.retention`). Any other form field is a
+400 naming it.
 """
 
 from __future__ import annotations
@@ -28,10 +32,14 @@ from batchpipe.api.errors import ApiError, bad_request, not_found
 from batchpipe.api.guard import FRAMING_BYTES
 from batchpipe.api.pages import page
 from batchpipe.api.records import FileRecord, new_file_id
+from batchpipe.api.retention import expired, expiry, form_expires_after
 from batchpipe.api.state import KafkaUnavailable
 from batchpipe.batchfile import BatchFileError, FileLimits, scan_file
 
 router = APIRouter()
+
+#: the parts of an upload; expires_after as the SDK sends it (retention.form_expires_after)
+_FORM_FIELDS = {"file", "purpose", "expires_after[anchor]", "expires_after[seconds]"}
 
 
 def _too_large(limits: FileLimits, size: int | str) -> ApiError:
@@ -55,7 +63,7 @@ def _copy(source: BinaryIO, target: Path, limits: FileLimits) -> int:
     return size
 
 
-def _stage(svc: Services, upload: UploadFile, who: str) -> FileRecord:
+def _stage(svc: Services, upload: UploadFile, who: str, expires_after: int | None) -> FileRecord:
     """Validate the upload and store it; nothing is stored when it is refused."""
     limits = svc.limits
     with svc.store.staging() as staged:
@@ -75,16 +83,18 @@ def _stage(svc: Services, upload: UploadFile, who: str) -> FileRecord:
                 param="file",
                 code="invalid_file",
             ) from exc
+        created = int(time.time())
         record = FileRecord(
             id=new_file_id(),
             owner=who,
             filename=upload.filename or "upload.jsonl",
             size=size,
-            created_at=int(time.time()),
+            created_at=created,
             purpose="batch",
             lines=scan.total,
             endpoints=tuple(sorted(scan.endpoints)),
             model=scan.model,
+            expires_at=expiry(created, expires_after, svc.config.api),
         )
         svc.store.put(record.id, staged)
     try:
@@ -111,6 +121,10 @@ async def create_file(request: Request, who: str = Depends(owner)) -> dict[str, 
     except Exception as exc:  # the framework's multipart errors have no common base
         raise bad_request(f"the body is not multipart/form-data: {exc}") from exc
     try:
+        unknown = sorted(set(form.keys()) - _FORM_FIELDS)
+        if unknown:
+            raise bad_request(f"{unknown[0]}: unknown parameter", unknown[0])
+        expires_after = form_expires_after(form)
         purpose, upload = form.get("purpose"), form.get("file")
         if purpose != "batch":
             raise bad_request(
@@ -120,7 +134,7 @@ async def create_file(request: Request, who: str = Depends(owner)) -> dict[str, 
             )
         if not isinstance(upload, UploadFile):
             raise bad_request("file: a multipart file part named 'file' is required", "file")
-        record = await run_in_threadpool(_stage, svc, upload, who)
+        record = await run_in_threadpool(_stage, svc, upload, who, expires_after)
     finally:
         await form.close()
     svc.metrics.uploaded(record.size)
@@ -129,7 +143,7 @@ async def create_file(request: Request, who: str = Depends(owner)) -> dict[str, 
 
 def _mine(svc: Services, file_id: str, who: str) -> FileRecord:
     record = svc.state.file(file_id)
-    if record is None or record.owner != who:
+    if record is None or record.owner != who or expired(record):
         raise not_found("file", file_id, "file_id")
     return record
 
@@ -143,7 +157,11 @@ def list_files(
     after: str | None = None,
     limit: int = Query(10_000, ge=1, le=10_000),
 ) -> dict[str, Any]:
-    records = [f for f in services(request).state.files(who) if purpose in (None, f.purpose)]
+    records = [
+        f
+        for f in services(request).state.files(who)
+        if purpose in (None, f.purpose) and not expired(f)
+    ]
     if order == "asc":
         records.reverse()
     return page(records, after, limit, FileRecord.to_openai)

@@ -17,6 +17,7 @@ ResultsFollower`. Every change of a batch's state is decided and written under o
 ``cancelling`` first and then announces the stop in the background; one that fails is retried
 by the loop, as is every ``cancelling`` batch's after a restart (a stop is idempotent).
 
+Each step also removes the files that have expired (:mod:`batchpipe.api.retention`).
 Each batch is advanced on its own: one that fails (its input file deleted by another
 replica, say) fails alone — ``failed`` with the reason in ``errors.data`` when its input
 is gone, retried on the next step otherwise — and never stops the others.
@@ -39,9 +40,11 @@ from dataclasses import replace
 
 from confluent_kafka import KafkaException
 
+from batchpipe.api import retention
 from batchpipe.api.assemble import assemble
 from batchpipe.api.follow import ResultsFollower
 from batchpipe.api.records import ENDPOINTS, BatchRecord, Counts, Usage
+from batchpipe.api.retention import Retention
 from batchpipe.api.state import KafkaUnavailable, StateTopic
 from batchpipe.api.store import FileStore
 from batchpipe.batchfile import FileLimits, iter_file
@@ -70,6 +73,7 @@ class Lifecycle:
         self._store = store
         self._limits = limits
         self.results = ResultsFollower(config)
+        self.retention = Retention(state, store)
         self._publishing: set[str] = set()
         self._announced: set[str] = set()  # cancelled batches whose stop the broker has
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="api-publish")
@@ -245,6 +249,7 @@ class Lifecycle:
                 self._input_gone(batch.id)
             except Exception as exc:
                 log.warning("batch %s: step failed, retrying on the next: %r", batch.id, exc)
+        self.retention.step(retention.now())
 
     def _advance(self, batch: BatchRecord, now: float) -> None:
         tally = self.results.tally(batch.id)

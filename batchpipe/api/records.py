@@ -63,6 +63,7 @@ class FileRecord:
     # kinds of request in an input file ("chat", "completions") and its model
     endpoints: tuple[str, ...] = ()
     model: str = ""
+    expires_at: int | None = None  # batchpipe.api.retention
 
     @property
     def key(self) -> str:
@@ -85,7 +86,7 @@ class FileRecord:
             "filename": self.filename,
             "purpose": self.purpose,
             "status": "processed",
-            "expires_at": None,
+            "expires_at": self.expires_at,
             "status_details": None,
         }
 
@@ -127,6 +128,8 @@ class BatchRecord:
     status: BatchState = "validating"
     metadata: Mapping[str, str] = field(default_factory=dict)
     model: str = ""
+    # seconds its output and error files live after they are written (None: the default)
+    output_expires_after: int | None = None
     version: int = 0
     counts: Counts = Counts()
     usage: Usage | None = None

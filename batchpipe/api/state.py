@@ -274,10 +274,10 @@ class StateTopic:
     def batch(self, batch_id: str) -> BatchRecord | None:
         return self._lookup(self._batches, batch_id)
 
-    def files(self, owner: str) -> list[FileRecord]:
-        """``owner``'s files, newest first."""
+    def files(self, owner: str | None = None) -> list[FileRecord]:
+        """``owner``'s files (everyone's for None), newest first."""
         with self._lock:
-            mine = [f for f in self._files.values() if f.owner == owner]
+            mine = [f for f in self._files.values() if owner is None or f.owner == owner]
         return sorted(mine, key=lambda f: (f.created_at, f.id), reverse=True)
 
     def batches(self, owner: str | None = None) -> list[BatchRecord]:

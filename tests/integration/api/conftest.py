@@ -1,8 +1,10 @@
 """The API server against the session's broker: a config with topics and a file store of
-its own per test, two API keys, and the official ``openai`` SDK pointed at it."""
+its own per test, two API keys, the official ``openai`` SDK pointed at it, and the
+server's expiry clock moved forward (``clock``)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
+from batchpipe.api import retention
 from batchpipe.api.app import Server
 from batchpipe.api.auth import Keys
 from worker.config import Config, EngineConfig
@@ -47,3 +50,17 @@ def serve() -> Serve:
 def sdk(server: Server, key: str = "sk-alice") -> OpenAI:
     """The official SDK, unchanged but for ``base_url`` and ``api_key``."""
     return OpenAI(base_url=f"{server.url}/v1", api_key=key, max_retries=0, timeout=60)
+
+
+class Clock:
+    """The server's expiry clock (:func:`batchpipe.api.retention.now`), ``shift`` seconds
+    ahead of the real one: expiry windows are an hour at least."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.shift = 0.0
+        monkeypatch.setattr(retention, "now", lambda: time.time() + self.shift)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    return Clock(monkeypatch)

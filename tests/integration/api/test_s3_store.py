@@ -19,8 +19,11 @@ import boto3
 import pytest
 
 from batchpipe.api.s3store import S3Store
-from tests.integration.api.conftest import Serve, sdk
+from tests.integration.api.conftest import Clock, Serve, sdk
+from tests.integration.api.test_cancel_restart import slow
+from tests.integration.api.test_expiry import expiry_scenario
 from tests.integration.api.test_sdk_echo import batch_file
+from tests.integration.harness import running_worker
 from worker.config import ApiConfig, Config
 
 pytestmark = pytest.mark.integration
@@ -100,3 +103,17 @@ def test_the_api_stores_uploads_in_s3(
         Bucket="batchpipe-test"
     )
     assert listed.get("KeyCount", 0) == 0
+
+
+def test_expired_files_leave_the_bucket(
+    s3: ApiConfig, api_config: Config, serve: Serve, clock: Clock, tmp_path: Path
+) -> None:
+    config = slow(replace(api_config, api=replace(s3, poll_interval_ms=100, port=0)))
+    bucket = boto3.client("s3", endpoint_url=s3.s3_endpoint_url)
+
+    def stored() -> set[str]:
+        listed = bucket.list_objects_v2(Bucket="batchpipe-test", Prefix=s3.s3_prefix)
+        return {o["Key"].removeprefix(s3.s3_prefix) for o in listed.get("Contents", [])}
+
+    with serve(config) as server, running_worker(config):
+        expiry_scenario(server, clock, tmp_path, stored)
