@@ -74,6 +74,12 @@ class OffsetTracker:
             if state is not None:
                 state.committed = max(state.committed, offset)
 
+    def committed(self, partition: Partition) -> int | None:
+        """The last offset committed for ``partition`` (at first, the first offset seen:
+        the broker's position was at most that); None for a partition not tracked."""
+        state = self._parts.get(partition)
+        return state.committed if state else None
+
     def forget(self, partitions: Collection[Partition]) -> None:
         """Partitions revoked: their pending offsets will be re-delivered elsewhere."""
         for partition in partitions:

@@ -189,7 +189,7 @@ class Outbox:
 
 
 def _over(exc: MessageTooLarge) -> str:
-    return f"over the producer's message.max.bytes ({exc.limit})"
+    return f"over {exc.setting}"
 
 
 def _over_limit(result: InferenceResult, message: str) -> InferenceResult:

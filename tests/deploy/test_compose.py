@@ -16,7 +16,7 @@ import yaml
 
 from tests import ROOT
 from worker.config import Config, load_config, producer_max_bytes
-from worker.kafka.clients import BATCH_FRAMING_BYTES
+from worker.kafka.produce import BATCH_FRAMING_BYTES
 from worker.routing import RoutingTable, served_route_problem
 
 WORKER_CONFIG = ROOT / "deploy" / "worker.yaml"

@@ -13,10 +13,12 @@ from uuid import uuid4
 
 import pytest
 from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.cimpl import NewTopic
 
 from batcher import OffsetTracker
 from tests.integration.harness import publish, read_results, read_topic, running_worker
 from worker.config import Config, LimitsConfig
+from worker.errors import ErrorCode
 from worker.kafka import clients
 from worker.kafka.publisher import AtLeastOncePublisher, MessageTooLarge, Publisher
 from worker.kafka.transactions import TransactionalPublisher
@@ -93,3 +95,31 @@ def test_topics_the_worker_creates_take_what_its_producers_send(kafka_config: Co
     [future] = admin.describe_configs([resource]).values()
     allowed = int(future.result()["max.message.bytes"].value)
     assert allowed >= producers.max_message_bytes == 6 * 1024 * 1024 + 64 * 1024
+
+
+def test_a_results_topic_allowing_less_than_the_producers_is_read_at_start(
+    kafka_config: Config,
+) -> None:
+    # created beforehand with a small max.message.bytes (the embedded broker stores it but
+    # does not enforce it): the worker reads it and answers a result over it with 4003
+    config = replace(kafka_config, engine=replace(kafka_config.engine, kind="echo", model="echo"))
+    k = config.kafka
+    admin = clients.admin(k)
+    topic = NewTopic(k.results_topic, k.partitions, config={"max.message.bytes": "20000"})
+    for future in admin.create_topics([topic]).values():
+        future.result()
+    blob = secrets.token_urlsafe(30_000)
+    publish(
+        config,
+        [
+            InferenceRequest(custom_id="big", prompt="hi", metadata={"blob": blob}),
+            InferenceRequest(custom_id="small", prompt="fits"),
+        ],
+    )
+    with running_worker(config):
+        results = {r.custom_id: r for r in read_results(config, 2)}
+    error = results["big"].error
+    assert results["big"].status == "failed" and error is not None
+    assert error.code == ErrorCode.OVER_LIMIT
+    assert f"{k.results_topic}'s max.message.bytes (20000)" in error.message
+    assert results["small"].status == "completed"

@@ -8,14 +8,16 @@ find the broker and topics exactly alike. Raw librdkafka settings from
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
 from worker.config import KafkaConfig, LimitsConfig, producer_max_bytes
+from worker.kafka.produce import BATCH_FRAMING_BYTES, RecordLimit, record_limit
 
 #: Group membership settings. With librdkafka's defaults a group join takes ~23 s on
 #: the embedded Tansu broker; a 6 s session timeout brings it to ~3 s, and is a sane
@@ -94,10 +96,15 @@ class Producers:
 
     kafka: KafkaConfig
     max_message_bytes: int
+    #: topics' ``max.message.bytes`` as the broker described them (:func:`topic_max_bytes`)
+    topic_max: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, kafka: KafkaConfig, limits: LimitsConfig) -> Producers:
         return cls(kafka, producer_max_bytes(kafka, limits))
+
+    def limit(self, topic: str) -> RecordLimit:
+        return record_limit(self.max_message_bytes, topic, self.topic_max)
 
     def __call__(self, transactional_id: str | None = None) -> Producer:
         size = {"message.max.bytes": self.max_message_bytes}
@@ -106,10 +113,6 @@ class Producers:
 
 def admin(kafka: KafkaConfig) -> AdminClient:
     return AdminClient(_with_raw(_base(kafka), kafka))
-
-
-#: what a record batch adds to the records in it, beyond what librdkafka counts per record
-BATCH_FRAMING_BYTES = 1024
 
 
 def ensure_topics(
@@ -150,3 +153,18 @@ def ensure_topics(
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
     return created
+
+
+def topic_max_bytes(
+    kafka: KafkaConfig, topics: Iterable[str], timeout_s: float = 30
+) -> dict[str, int]:
+    """Each of ``topics``' ``max.message.bytes``, where the broker describes one: the most
+    a record batch may have there, which librdkafka does not check before sending."""
+    resources = [ConfigResource("topic", t) for t in dict.fromkeys(topics)]
+    client = admin(kafka)  # held until every future is answered: they fail once it is gone
+    found: dict[str, int] = {}
+    for resource, future in client.describe_configs(resources, request_timeout=timeout_s).items():
+        entry = future.result().get("max.message.bytes")
+        if entry is not None and entry.value is not None:
+            found[resource.name] = int(entry.value)
+    return found

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from batcher import OffsetTracker
 from worker.cancellations import ControlReader, TopicReader
@@ -32,7 +33,8 @@ class KafkaClients(ABC):
 
     @abstractmethod
     def ensure_topics(self, topics: Sequence[str]) -> None:
-        """Create those of ``topics`` that do not exist yet."""
+        """Create those of ``topics`` that do not exist yet, and learn how large a record
+        each takes (a topic's ``max.message.bytes`` may be below the producers' limit)."""
 
     @abstractmethod
     def consumer(self) -> KafkaConsumer:
@@ -67,6 +69,8 @@ class ConfluentClients(KafkaClients):
         clients.ensure_topics(
             self.kafka, topics, max_message_bytes=self.producers.max_message_bytes
         )
+        topic_max = clients.topic_max_bytes(self.kafka, topics)
+        self.producers = replace(self.producers, topic_max=topic_max)
 
     def consumer(self) -> KafkaConsumer:
         return clients.consumer(self.kafka)

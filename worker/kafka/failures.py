@@ -21,7 +21,14 @@ from confluent_kafka import KafkaError, KafkaException
 
 from batcher import Partition
 from worker.errors import BatchpipeError, ErrorCode
-from worker.kafka.produce import Headers, KafkaProducer, OnDelivery, produce, record_size
+from worker.kafka.produce import (
+    Headers,
+    KafkaProducer,
+    OnDelivery,
+    RecordLimit,
+    produce,
+    record_size,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +62,17 @@ class FatalKafkaError(BatchpipeError, RuntimeError):
 
 
 class MessageTooLarge(BatchpipeError, ValueError):
-    """A record bigger than the producer's ``message.max.bytes``: refused before it was
-    sent, and nothing else is affected. The caller sends something smaller instead."""
+    """A record bigger than the producer's ``message.max.bytes`` or than its topic's
+    ``max.message.bytes`` allows: refused before it was sent, and nothing else is
+    affected. The caller sends something smaller instead."""
 
     code = ErrorCode.OVER_LIMIT
 
-    def __init__(self, topic: str, size: int, limit: int) -> None:
-        super().__init__(
-            f"a record of {size} bytes for {topic} is over the producer's "
-            f"message.max.bytes ({limit})"
-        )
+    def __init__(self, topic: str, size: int, limit: RecordLimit) -> None:
+        super().__init__(f"a record of {size} bytes for {topic} is over {limit.setting}")
         self.size = size
-        self.limit = limit
+        self.limit = limit.bytes
+        self.setting = limit.setting
 
 
 class TransactionAborted(BatchpipeError, RuntimeError):
@@ -118,7 +124,7 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
 
 def produce_checked(
     producer: KafkaProducer,
-    limit: int,
+    limit: RecordLimit,
     topic: str,
     key: bytes | str | None,
     value: bytes,
@@ -126,7 +132,13 @@ def produce_checked(
     on_delivery: OnDelivery,
 ) -> None:
     """:func:`~worker.kafka.produce.produce`, its failures sorted: :class:`MessageTooLarge`,
-    :class:`Abortable` or :class:`FatalKafkaError`; retriable ones are tried again."""
+    :class:`Abortable` or :class:`FatalKafkaError`; retriable ones are tried again.
+
+    A record over ``limit`` is refused here, before librdkafka sees it: librdkafka itself
+    knows only its own ``message.max.bytes``, not a topic's smaller ``max.message.bytes``."""
+    size = record_size(key, value, headers)
+    if size > limit.bytes:
+        raise MessageTooLarge(topic, size, limit)
     for attempt in range(1, ATTEMPTS + 1):
         try:
             produce(producer, topic, key, value, headers, on_delivery)
@@ -136,7 +148,7 @@ def produce_checked(
             found = kind(error)
             if found == "too_large":
                 # librdkafka checks the size before it queues the record: nothing was sent
-                raise MessageTooLarge(topic, record_size(key, value, headers), limit) from exc
+                raise MessageTooLarge(topic, size, limit) from exc
             if found == "abortable":
                 raise Abortable(f"produce to {topic}: {error}") from exc
             if found != "retriable" or attempt == ATTEMPTS:

@@ -8,7 +8,8 @@ first, and the fake then has to model it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, Message, TopicPartition
@@ -43,12 +44,44 @@ class KafkaProducer(Protocol):
     def abort_transaction(self, timeout: float = ...) -> None: ...
 
 
+#: what a record batch adds to the records in it, beyond what librdkafka counts per record
+BATCH_FRAMING_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class RecordLimit:
+    """The most bytes (:func:`record_size`) a record may have on one topic, and why."""
+
+    bytes: int
+    #: the setting that sets it, as an error message names it
+    setting: str
+
+
+def record_limit(producer_max: int, topic: str, topic_max: Mapping[str, int]) -> RecordLimit:
+    """The limit of a record for ``topic``: the producers' ``message.max.bytes``, or less
+    where the topic's ``max.message.bytes`` (``topic_max``, as the broker described it)
+    leaves less room for one record and its batch framing. librdkafka checks only the
+    former; a broker refuses a batch over the latter after the fact, as a failed delivery."""
+    allowed = topic_max.get(topic)
+    if allowed is None or allowed - BATCH_FRAMING_BYTES >= producer_max:
+        return RecordLimit(producer_max, f"the producer's message.max.bytes ({producer_max})")
+    room = max(allowed - BATCH_FRAMING_BYTES, 0)
+    return RecordLimit(
+        room,
+        f"the {room} bytes {topic}'s max.message.bytes ({allowed}) leaves for one record",
+    )
+
+
 class ProducerFactory(Protocol):
     """Builds the producers of one process, all with the same ``message.max.bytes``."""
 
     @property
     def max_message_bytes(self) -> int:
         """The producers' ``message.max.bytes``: librdkafka refuses a larger record."""
+        ...
+
+    def limit(self, topic: str) -> RecordLimit:
+        """The most a record for ``topic`` may have (:func:`record_limit`)."""
         ...
 
     def __call__(self, transactional_id: str | None = None) -> KafkaProducer:

@@ -150,7 +150,7 @@ class AtLeastOncePublisher(Publisher):
         producers: ProducerFactory,
     ) -> None:
         super().__init__(kafka, consumer, tracker)
-        self._limit = producers.max_message_bytes
+        self._limit = producers.limit
         self._producer = producers()
         self._again: deque[tuple[Outgoing, OnAnswered, int]] = deque()
         self._failure: KafkaError | None = None
@@ -181,7 +181,7 @@ class AtLeastOncePublisher(Publisher):
         r = record
         try:
             produce_checked(
-                self._producer, self._limit, r.topic, r.key, r.value, r.headers, delivered
+                self._producer, self._limit(r.topic), r.topic, r.key, r.value, r.headers, delivered
             )
         except Abortable as exc:  # no transaction here: a state librdkafka should not reach
             raise FatalKafkaError(str(exc)) from exc

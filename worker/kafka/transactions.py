@@ -12,6 +12,18 @@ pass an unanswered request (:class:`batcher.OffsetTracker`), so results that com
 of order beyond a slower request may be produced again after a crash: readers join on
 ``custom_id`` (``collect`` keeps one line per id).
 
+A transaction that ended while another of this worker's was still open is *unsettled*:
+brokers like the embedded Tansu (``txn_end`` in its ``dynostore.rs``) complete an ended
+transaction only once every transaction that overlaps it on a results partition has ended
+too, and leave it PrepareCommit otherwise — holding back read_committed readers of that
+partition — until a later transaction over the same partitions ends, or its own producer
+ends another one. A producer whose last transaction is unsettled and that falls idle
+would keep those results invisible for good, so once every open transaction of the round
+has ended, each such producer ends one more, offsets-only, transaction
+(:meth:`_Transactions.settle`) that re-commits the offset it already committed. On Apache
+Kafka that is a no-op; busy producers never need it (their next transaction settles
+them), so it costs nothing under load. Revoking and closing settle at once.
+
 Failures (:mod:`worker.kafka.failures`): a transaction that must be aborted is aborted and
 done again — its records produced anew in a new transaction, nothing lost, and the aborted
 copies invisible to read_committed readers — up to :data:`REPLAYS` times; then it stays
@@ -54,17 +66,26 @@ class _Transactions:
 
     def __init__(self, producers: ProducerFactory, transactional_id: str) -> None:
         self.transactional_id = transactional_id
-        self.limit = producers.max_message_bytes
+        self.limit = producers.limit
         self.producer = producers(transactional_id)
         self.open = False
         self.records: list[Outgoing] = []  # produced in the open transaction, for a replay
+        #: the last transaction ended while another of this worker's was open (module doc)
+        self.unsettled = False
+        self.committed: TopicPartition | None = None  # the offset the last commit sent
         call(self.producer.init_transactions, TIMEOUT_S)
 
     def produce(self, record: Outgoing) -> None:
         self._begin()
         r = record
         produce_checked(
-            self.producer, self.limit, r.topic, r.key, r.value, r.headers, _log_delivery_error
+            self.producer,
+            self.limit(r.topic),
+            r.topic,
+            r.key,
+            r.value,
+            r.headers,
+            _log_delivery_error,
         )
         self.records.append(record)
 
@@ -76,6 +97,19 @@ class _Transactions:
         call(self.producer.commit_transaction, TIMEOUT_S)
         self.open = False
         self.records.clear()
+        if offsets:
+            self.committed = offsets[-1]
+
+    def settle(self, offset: TopicPartition, consumer: KafkaConsumer) -> None:
+        """End one more transaction, holding only ``offset`` (already committed), so that
+        the broker completes the last one (module doc). An abortable failure aborts it —
+        nothing is lost — and leaves the producer unsettled, to try again next round."""
+        self._begin()
+        metadata = consumer.consumer_group_metadata()
+        call(self.producer.send_offsets_to_transaction, [offset], metadata, TIMEOUT_S)
+        call(self.producer.commit_transaction, TIMEOUT_S)
+        self.open = False
+        self.unsettled = False
 
     def abort(self) -> None:
         """Abort the open transaction; its records stay for :meth:`replay`."""
@@ -143,12 +177,16 @@ class TransactionalPublisher(Publisher):
         for txn in self._owned.values():
             txn.producer.poll(0)
 
-    def commit(self, partitions: Collection[Partition] | None = None) -> None:
+    def commit(self, settle: Collection[Partition] = ()) -> None:
+        """Commit every open transaction; then settle the producers that fell idle
+        unsettled, and those of ``settle`` (about to be handed over) whatever they did."""
         aborted: list[Partition] = []
         reasons: list[str] = []
+        ended: set[Partition] = set()
         for partition, txn in list(self._owned.items()):
-            if not txn.open or (partitions is not None and partition not in partitions):
+            if not txn.open:
                 continue
+            ended.add(partition)
             offsets = self._committable([partition])
             try:
                 self._done_once(partition, txn, partial(txn.commit, offsets, self._consumer))
@@ -156,15 +194,19 @@ class TransactionalPublisher(Publisher):
                 aborted.append(partition)
                 reasons.append(str(exc))
                 continue
-            self.commits += 1
-            self._on_outcome("commit")
+            finally:
+                txn.unsettled = self._any_open()
+            self._committed()
             self._mark(offsets)
+        self._settle([p for p in self._owned if p not in ended or p in settle])
         if aborted:
             raise TransactionAborted(aborted, "; ".join(reasons))
 
     def revoke(self, partitions: Collection[Partition]) -> None:
+        # every open transaction ends now, not only those of ``partitions``: one of theirs
+        # ending while another of this worker's stays open could not be settled
         try:
-            self.commit(partitions)
+            self.commit(settle=partitions)
         finally:
             self._release(partitions)
 
@@ -187,7 +229,7 @@ class TransactionalPublisher(Publisher):
 
     def close(self) -> None:
         try:
-            self.commit()
+            self.commit(settle=list(self._owned))
         finally:
             self._release(list(self._owned))
 
@@ -211,6 +253,34 @@ class TransactionalPublisher(Publisher):
                 txn.abort()
         txn.records.clear()
         raise TransactionAborted([partition], f"{reason} ({REPLAYS} replays failed too)")
+
+    def _settle(self, partitions: Collection[Partition]) -> None:
+        for partition in partitions:
+            txn = self._owned[partition]
+            if not txn.unsettled:
+                continue
+            offset = txn.committed or self._committed_offset(partition)
+            if offset is None:
+                continue  # not read since a rewind: the next transaction settles it
+            try:
+                txn.settle(offset, self._consumer)
+            except Abortable as exc:
+                log.warning("aborting the closing transaction of %s: %s", partition, exc)
+                self._aborted()
+                txn.abort()
+                continue
+            self._committed()
+
+    def _committed_offset(self, partition: Partition) -> TopicPartition | None:
+        offset = self._tracker.committed(partition)
+        return None if offset is None else TopicPartition(partition[0], partition[1], offset)
+
+    def _any_open(self) -> bool:
+        return any(txn.open for txn in self._owned.values())
+
+    def _committed(self) -> None:
+        self.commits += 1
+        self._on_outcome("commit")
 
     def _aborted(self) -> None:
         self.aborts += 1

@@ -7,7 +7,7 @@
 * transactional: records produced in a transaction, and the offsets sent to it, reach the
   broker (``broker.sent``, what read_committed readers see; ``broker.committed``) at
   ``commit_transaction``; ``abort_transaction`` discards them. Every record produced
-  is in ``broker.raw`` too;
+  is in ``broker.raw`` too, and every committed transaction in ``broker.transactions``;
 * a record over ``message.max.bytes`` is refused at ``produce`` (``MSG_SIZE_TOO_LARGE``);
 * faults scripted on the broker (:meth:`FakeBroker.fail`) are raised by the next call of
   that method: an abortable one leaves the transaction refusing everything but
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from worker.kafka.produce import OnDelivery, record_size
+from worker.kafka.produce import OnDelivery, RecordLimit, record_limit, record_size
 
 if TYPE_CHECKING:
     from .fakes import FakeBroker
@@ -67,6 +67,8 @@ class FakeProducer:
         for topic, key, value, headers in self._pending:
             self._broker.publish(topic, key, value, headers)
         self._broker.committed.update({(tp.topic, tp.partition): tp.offset for tp in self._offsets})
+        offsets = tuple((tp.topic, tp.partition, tp.offset) for tp in self._offsets)
+        self._broker.transactions.append((self._id or "", len(self._pending), offsets))
         self._end()
 
     def abort_transaction(self, timeout: float = -1) -> None:
@@ -144,6 +146,9 @@ class FakeProducers:
     @property
     def max_message_bytes(self) -> int:
         return self.broker.max_message_bytes
+
+    def limit(self, topic: str) -> RecordLimit:
+        return record_limit(self.max_message_bytes, topic, self.broker.topic_max)
 
     def __call__(self, transactional_id: str | None = None) -> FakeProducer:
         return FakeProducer(self.broker, transactional_id, self.max_message_bytes)

@@ -61,7 +61,7 @@ from worker.engines.base import (
 from worker.engines.echo import EchoEngine, echo_completion, encode_echo
 from worker.kafka.consumer import KafkaConsumer, RebalanceCallback, RecordHeaders
 from worker.kafka.factory import KafkaClients, OnOutcome
-from worker.kafka.produce import Headers, record_size
+from worker.kafka.produce import Headers, record_limit, record_size
 from worker.kafka.publisher import AtLeastOncePublisher, MessageTooLarge, OnAnswered, Publisher
 from worker.kafka.transactions import TransactionalPublisher
 from worker.wire.codec import decode_result, encode_request
@@ -137,8 +137,13 @@ class FakeBroker:
         self.topics: set[str] = {topic}
         #: the producers' message.max.bytes (librdkafka's default)
         self.max_message_bytes = 1_000_000
+        #: topics' max.message.bytes, where one is set (the broker does not enforce it)
+        self.topic_max: dict[str, int] = {}
         #: every record a FakeProducer produced, committed, aborted or not
         self.raw: list[tuple[str, bytes | str | None, bytes | None, Headers]] = []
+        #: every committed transaction: transactional.id, records, offsets (topic, partition,
+        #: offset) sent to it
+        self.transactions: list[tuple[str, int, tuple[tuple[str, int, int], ...]]] = []
         self._faults: dict[str, deque[KafkaError]] = {}
         self._epochs: Counter[str] = Counter()
 
@@ -397,8 +402,9 @@ class FakePublisher(Publisher):
     ) -> None:
         if origin not in self._owned:
             raise RuntimeError(f"answer for {origin}, which this worker does not own")
-        size, limit = record_size(key, value, headers), self._broker.max_message_bytes
-        if size > limit:
+        size = record_size(key, value, headers)
+        limit = record_limit(self._broker.max_message_bytes, topic, self._broker.topic_max)
+        if size > limit.bytes:
             raise MessageTooLarge(topic, size, limit)
         self._broker.sent.append(Sent(topic, key, value, tuple(headers), origin))
         on_answered()

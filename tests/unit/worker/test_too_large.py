@@ -11,11 +11,13 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 
+import pytest
+
 from worker.errors import ErrorCode
 from worker.wire.messages import InferenceRequest
 
-from .fakes import GatedEngine, Sent
-from .rig import P0, P1, loop_config, rig
+from .fakes import Delivery, GatedEngine, Sent
+from .rig import P0, P1, RESULTS, loop_config, rig
 
 DEAD = "dead-letter"
 
@@ -100,3 +102,29 @@ def test_a_custom_id_too_long_for_any_answer_is_dead_lettered_as_4003() -> None:
             headers["error-message"] or b""
         )
         assert r.answers() == Counter()
+
+
+@pytest.mark.parametrize("delivery", ["fake", "exactly_once", "at_least_once"])
+def test_a_result_over_the_results_topics_max_message_bytes_is_a_4003_answer(
+    delivery: Delivery,
+) -> None:
+    # the broker takes larger records from librdkafka but would refuse this topic's batch
+    # after the fact; the worker knows the topic's limit (read at start) and answers 4003
+    with rig(loop_config(), GatedEngine(gated=False), delivery=delivery) as r:
+        r.broker.topic_max[RESULTS] = 20_000
+        r.broker.submit_request(
+            0,
+            InferenceRequest(
+                custom_id="big", prompt="hi", metadata={"blob": incompressible(30_000)}
+            ),
+        )
+        r.broker.submit(0, "small", "hello")
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: r.settled({"big", "small"}), "both answered and committed")
+
+        results = {result.custom_id: result for result in r.results()}
+        error = results["big"].error
+        assert results["big"].status == "failed" and error is not None
+        assert error.code == ErrorCode.OVER_LIMIT
+        assert f"{RESULTS}'s max.message.bytes (20000)" in error.message
+        assert results["small"].status == "completed"
