@@ -94,7 +94,7 @@ def _new_batch(svc: Services, body: Mapping[str, Any], who: str) -> BatchRecord:
         raise bad_request("input_file_id: required, a file id (a string)", "input_file_id")
     with svc.state.guard(file_id):
         batch = _batch_of(svc, file_id, who, endpoint, window, metadata, output_expires_after)
-    svc.lifecycle.publish(batch)
+    svc.lifecycle.created(batch)
     return batch
 
 

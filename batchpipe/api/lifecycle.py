@@ -107,10 +107,14 @@ class Lifecycle:
         usage = Usage(tally.prompt_tokens, tally.completion_tokens, tally.reasoning_tokens)
         return counts, usage
 
-    def publish(self, batch: BatchRecord) -> None:
-        """Publish a ``validating`` batch's requests in the background; its results are
-        counted from now on."""
+    def created(self, batch: BatchRecord) -> None:
+        """A batch this replica just created: its results are counted from the reader's
+        position (none can be behind it yet) and its requests published."""
         self.results.register(batch)
+        self.publish(batch)
+
+    def publish(self, batch: BatchRecord) -> None:
+        """Publish a ``validating`` batch's requests in the background."""
         with self._publish_lock:
             if batch.id in self._publishing:
                 return
@@ -138,8 +142,8 @@ class Lifecycle:
         """Tell every worker the batch is cancelled; a failure is retried by the loop."""
         try:
             self._announce(Stop(batch.id, "cancelled", time.time()))
-        except (KafkaException, TimeoutError) as exc:
-            log.warning("batch %s: the stop was not announced, retrying: %s", batch.id, exc)
+        except Exception as exc:  # on a pool thread: logged here or never
+            log.warning("batch %s: the stop was not announced, retrying: %r", batch.id, exc)
             return
         self._announced.add(batch.id)
 
@@ -239,7 +243,7 @@ class Lifecycle:
                 self.publish(batch)
             elif batch.status == "cancelling" and batch.id not in self._announced:
                 self._announce_stop(batch)
-        self.results.follow([b for b in active if b.status != "validating"])
+        self.results.follow(active)
         now = time.time()
         for batch in active:
             # each batch on its own: one that cannot advance never holds up the others
