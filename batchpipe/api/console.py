@@ -44,14 +44,32 @@ def _static(name: str) -> str:
     return (resources.files("batchpipe.api") / "static" / name).read_text(encoding="utf-8")
 
 
+#: the expiry choices of the new-batch form (within retention's bounds)
+EXPIRY_CHOICES = (
+    (3600, "1 hour"),
+    (86400, "1 day"),
+    (7 * 86400, "7 days"),
+    (30 * 86400, "30 days"),
+)
+
+
+def _expiry_options() -> str:
+    options = [(str(s), label) for s, label in EXPIRY_CHOICES]
+    return "".join(
+        f'<option value="{value}">{label}</option>'
+        for value, label in [("", "server default"), *options]
+    )
+
+
 def render(page: str, *, open_mode: bool, price_per_1k: float) -> str:
     """The shell of ``page`` (``batches`` or ``batch``): layout plus the page's main part."""
+    main = Template(_static(f"{page}.html")).substitute(expiry_options=_expiry_options())
     values = {
         "page": page,
         "auth": "open" if open_mode else "key",
         "price": repr(float(price_per_1k)),
         "title": "Batches" if page == "batches" else "Batch",
-        "main": _static(f"{page}.html"),
+        "main": main,
     }
     return Template(_static("layout.html")).substitute(
         {k: v if k == "main" else html.escape(v) for k, v in values.items()}

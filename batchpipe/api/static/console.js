@@ -73,7 +73,7 @@ function when(seconds) {
   if (!seconds) return el("span", { text: "—" });
   const date = new Date(seconds * 1000);
   const text = date.toISOString().replace("T", " ").slice(0, 19) + " UTC";
-  return el("time", { datetime: date.toISOString(), text });
+  return el("time", { datetime: date.toISOString(), "data-unix": String(seconds), text });
 }
 
 function finishedAt(batch) {
@@ -157,7 +157,7 @@ function batchRow(batch) {
     { "data-batch-id": batch.id, "data-status": batch.status },
     el("td", {}, link),
     el("td", {}, el("span", { class: `status ${batch.status}`, text: batch.status })),
-    el("td", {}, progressBar(batch, `progress of ${batch.id}`), ` ${c.done} / ${c.total}`),
+    el("td", { class: "progress" }, progressBar(batch, `progress of ${batch.id}`), ` ${c.done} / ${c.total}`),
     el("td", { class: "num", text: `${c.completed} / ${c.failed} / ${c.total}` }),
     el("td", { class: "num", text: t ? `${t.input} / ${t.output}` : "—" }),
     el("td", { class: "num", text: cost(batch) }),
@@ -223,15 +223,22 @@ function batchesPage() {
       const form = new FormData();
       form.append("purpose", "batch");
       form.append("file", file, file.name);
+      const inputExpiry = policy($("input-expiry").value);
+      if (inputExpiry) {
+        // as the OpenAI SDK sends it in a multipart upload
+        form.append("expires_after[anchor]", inputExpiry.anchor);
+        form.append("expires_after[seconds]", String(inputExpiry.seconds));
+      }
       const uploaded = await (await api("POST", "/v1/files", form)).json();
       status.textContent = `Uploaded ${uploaded.id}; creating the batch…`;
-      const batch = await (
-        await api("POST", "/v1/batches", {
-          input_file_id: uploaded.id,
-          endpoint: $("endpoint").value,
-          completion_window: $("window").value,
-        })
-      ).json();
+      const request = {
+        input_file_id: uploaded.id,
+        endpoint: $("endpoint").value,
+        completion_window: $("window").value,
+      };
+      const outputExpiry = policy($("output-expiry").value);
+      if (outputExpiry) request.output_expires_after = outputExpiry;
+      const batch = await (await api("POST", "/v1/batches", request)).json();
       status.textContent = `Created batch ${batch.id}.`;
       $("create-form").reset();
       refresh();
@@ -244,7 +251,42 @@ function batchesPage() {
   refresh();
 }
 
+function policy(seconds) {
+  // an expiry policy from a select's value; "" keeps the server's default
+  return seconds ? { anchor: "created_at", seconds: Number(seconds) } : null;
+}
+
 // -- one batch ---------------------------------------------------------------------------
+
+async function fileState(fileId) {
+  // a file's object, or null when it is gone (expired or deleted)
+  try {
+    return await getJson(`/v1/files/${encodeURIComponent(fileId)}`);
+  } catch (error) {
+    if (error.status === 404) return null;
+    throw error;
+  }
+}
+
+async function showFiles(batch) {
+  const rows = [
+    ["Input file", batch.input_file_id],
+    ["Output file", batch.output_file_id],
+    ["Error file", batch.error_file_id],
+  ].filter(([, id]) => id);
+  const found = await Promise.all(rows.map(([, id]) => fileState(id)));
+  $("batch-files").replaceChildren(
+    ...rows.flatMap(([name, id], i) => {
+      const file = found[i];
+      let text;
+      if (!file) text = el("span", { text: `${id}: gone (expired or deleted)` });
+      else if (!file.expires_at) text = `${file.filename} (${file.bytes} bytes), kept until deleted`;
+      else text = el("span", {}, `${file.filename} (${file.bytes} bytes), expires `, when(file.expires_at));
+      return field(name, text);
+    }),
+  );
+  return new Set(found.filter(Boolean).map((file) => file.id)); // the files still there
+}
 
 async function download(fileId, fallbackName) {
   const [file, response] = await Promise.all([
@@ -343,17 +385,14 @@ function showBatch(batch) {
   $("batch-fields").replaceChildren(
     ...field("Endpoint", batch.endpoint),
     ...field("Model", batch.model || "—"),
-    ...field("Input file", batch.input_file_id),
     ...field("Requests", `${c.completed} completed, ${c.failed} failed, ${c.total} in all`),
     ...field("Tokens", t ? `${t.input} in, ${t.output} out, ${t.total} in all` : "—"),
     ...field("Cost", PRICE > 0 ? `${cost(batch)} (at ${PRICE} per 1k tokens)` : "no price set"),
     ...field("Created", when(batch.created_at)),
     ...field("Finished", when(finishedAt(batch))),
-    ...field("Expires", when(batch.expires_at)),
+    ...field("Window ends", when(batch.expires_at)),
     ...field("Metadata", Object.keys(batch.metadata || {}).length ? JSON.stringify(batch.metadata) : "—"),
   );
-  $("download-output").disabled = !batch.output_file_id;
-  $("download-errors").disabled = !batch.error_file_id;
   $("cancel").disabled = !CANCELLABLE.has(batch.status);
   const validation = batch.errors ? batch.errors.data : [];
   $("batch-errors").replaceChildren(
@@ -380,9 +419,14 @@ function batchPage() {
       current = batch;
       $("batch-error").textContent = "";
       showBatch(batch);
-      if (batch.error_file_id && summarised !== batch.error_file_id) {
+      const present = await showFiles(batch);
+      $("download-output").disabled = !present.has(batch.output_file_id);
+      $("download-errors").disabled = !present.has(batch.error_file_id);
+      if (present.has(batch.error_file_id) && summarised !== batch.error_file_id) {
         summarised = batch.error_file_id;
         showErrorSummary(await errorSummary(batch.error_file_id));
+      } else if (batch.error_file_id && !present.has(batch.error_file_id)) {
+        $("errors-note").textContent = "The error file is gone (expired or deleted).";
       } else if (!batch.error_file_id) {
         $("errors-note").textContent = TERMINAL.has(batch.status)
           ? "No request failed."

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
+from batchpipe.api.app import Server
 from batchpipe.api.auth import Keys
 from tests.integration.api.conftest import Serve
 from tests.integration.api.test_cancel_restart import slow
@@ -95,10 +97,13 @@ class Watched:
             self.api_auth.append(request.headers.get("authorization"))
 
 
-def _create(page: Page, source: Path) -> str:
-    """Upload ``source`` and create a batch from the list page; the new batch's id."""
+def _create(page: Page, source: Path, **expiry: str) -> str:
+    """Upload ``source`` and create a batch from the list page (``expiry``: the labels of
+    the input and results expiry choices); the new batch's id."""
     page.set_input_files("#batch-file", str(source))
     page.select_option("#endpoint", "/v1/chat/completions")
+    for name, label in expiry.items():
+        page.get_by_label(name).select_option(label=label)
     page.get_by_role("button", name="Upload and create").click()
     status = page.locator("#create-status")
     expect(status).to_contain_text("Created batch", timeout=WAIT_MS)
@@ -131,7 +136,9 @@ def test_owner_signs_in_creates_watches_downloads_and_cancels(
         page.get_by_role("button", name="Sign in").click()
         expect(page.get_by_role("heading", name="Batches", exact=True)).to_be_visible()
 
-        first = _create(page, small)
+        first = _create(
+            page, small, **{"Input file expires after": "1 hour", "Results expire after": "1 day"}
+        )
         row = page.locator(f'tr[data-batch-id="{first}"]')
         expect(row).to_have_attribute("data-status", "completed", timeout=WAIT_MS)
         bar = row.locator("progress")
@@ -148,6 +155,24 @@ def test_owner_signs_in_creates_watches_downloads_and_cancels(
             f"small-{i}" for i in range(6)
         )
         expect(page.get_by_role("button", name="Cancel batch")).to_be_disabled()
+        files = page.locator("#batch-files")
+        expect(files).to_contain_text("small.jsonl")
+        expect(files).to_contain_text(f"{first}_output.jsonl")
+        times = files.locator("time")  # the input's and the output's expires_at
+        expect(times).to_have_count(2)
+        input_expiry, output_expiry = (int(t.get_attribute("data-unix") or 0) for t in times.all())
+        assert output_expiry - input_expiry > 20 * 3600  # 1 day from later vs 1 hour
+        # the input deleted (or expired): the batch page still shows the batch
+        gone = requests.delete(
+            f"{server.url}/v1/files/{done_input(server, first)}",
+            headers={"Authorization": "Bearer sk-alice"},
+            timeout=30,
+        )
+        assert gone.status_code == 200, gone.text
+        page.reload()
+        expect(page.locator("#batch-status")).to_have_text("completed", timeout=WAIT_MS)
+        expect(files).to_contain_text("gone (expired or deleted)")
+        expect(page.get_by_role("button", name="Download output")).to_be_enabled()
 
         page.get_by_role("link", name="All batches").click()
         second = _create(page, large)
@@ -198,3 +223,14 @@ def test_no_auth_console_needs_no_sign_in(
         expect(row).to_have_attribute("data-status", "completed", timeout=WAIT_MS)
         assert local.api_auth and all(a is None for a in local.api_auth)
         assert local.problems == []
+
+
+def done_input(server: Server, batch_id: str) -> str:
+    """The input file id of alice's batch ``batch_id``, read through the API."""
+    answer = requests.get(
+        f"{server.url}/v1/batches/{batch_id}",
+        headers={"Authorization": "Bearer sk-alice"},
+        timeout=30,
+    )
+    file_id: str = answer.json()["input_file_id"]
+    return file_id

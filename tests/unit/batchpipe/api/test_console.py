@@ -11,8 +11,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 
-from batchpipe.api.console import ASSETS, console_router
+from batchpipe.api.console import ASSETS, EXPIRY_CHOICES, console_router
 from batchpipe.api.errors import ApiError
+from batchpipe.api.retention import MAX_EXPIRES_AFTER_S, MIN_EXPIRES_AFTER_S
 from worker.config import ApiConfig
 
 
@@ -128,3 +129,9 @@ def test_the_script_never_puts_the_key_in_a_url_or_parses_html() -> None:
     assert "innerHTML" not in script and "eval(" not in script
     assert "sessionStorage" in script and "localStorage" not in script
     assert re.search(r"headers\.Authorization = `Bearer \$\{k\}`", script)
+
+
+def test_expiry_choices_are_within_the_apis_bounds() -> None:
+    assert all(MIN_EXPIRES_AFTER_S <= s <= MAX_EXPIRES_AFTER_S for s, _ in EXPIRY_CHOICES)
+    shell = _client().get("/").text
+    assert shell.count('<option value="3600">1 hour</option>') == 2  # input and results
