@@ -38,6 +38,7 @@ from batchpipe.client import (
 from batchpipe.progress import make_progress
 from worker.config import Config, ConfigError, load_config
 from worker.errors import BatchpipeError
+from worker.feeder.naming import check_weight
 from worker.routing import RoutesError, parse_route, served_route_problem
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 124, 130
@@ -188,6 +189,14 @@ def build_parser() -> argparse.ArgumentParser:
         "refused together with routes",
     )
     _route_option(submit, "nothing is published then")
+    submit.add_argument(
+        "--weight",
+        type=float,
+        metavar="W",
+        help="with scheduling.fair: this batch's share of the fleet against the other "
+        "active batches, in (0, 1000] (default: scheduling.weight, 1); without it the "
+        "batch joins the requests topic's FIFO and a weight is refused",
+    )
     limits = FileLimits()
     submit.add_argument(
         "--max-lines",
@@ -405,7 +414,16 @@ def _submit(args: argparse.Namespace) -> int:
         max_line_bytes=args.max_line_bytes,
         one_model=not args.mixed_models,
     )
-    receipt = Client(load(args), limits=limits).submit_file(args.file, args.batch_id)
+    config = load(args)
+    if args.weight is not None:
+        if not config.scheduling.fair:
+            raise ConfigError("--weight: applies with scheduling.fair only (a FIFO has no shares)")
+        try:
+            check_weight(args.weight)
+        except ValueError as exc:
+            raise ConfigError(f"--weight: {exc}") from exc
+    client = Client(config, limits=limits)
+    receipt = client.submit_file(args.file, args.batch_id, weight=args.weight)
     print(receipt.batch_id, flush=True)
     print(f"submitted {receipt.total} requests from {args.file}", file=sys.stderr)
     return EXIT_OK

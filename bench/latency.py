@@ -54,7 +54,7 @@ class Seen:
     lock: threading.Lock
 
 
-def _read(config: Config, seen: Seen, stop: threading.Event) -> None:
+def read_answers(config: Config, seen: Seen, stop: threading.Event) -> None:
     consumer = reader(config, config.kafka.results_topic)
     try:
         while not stop.is_set():
@@ -69,7 +69,7 @@ def _read(config: Config, seen: Seen, stop: threading.Event) -> None:
         consumer.close()
 
 
-def _wait_for(seen: Seen, ids: Sequence[str], timeout_s: float) -> None:
+def wait_for(seen: Seen, ids: Sequence[str], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with seen.lock:
@@ -129,16 +129,16 @@ def measure(bootstrap: str, mode: str, partitions: int, seconds: float) -> dict[
     clients.ensure_topics(k, [k.requests_topic, k.results_topic, k.dead_letter_topic])
     seen = Seen({}, threading.Lock())
     stop = threading.Event()
-    reading = threading.Thread(target=_read, args=(config, seen, stop), daemon=True)
+    reading = threading.Thread(target=read_answers, args=(config, seen, stop), daemon=True)
     reading.start()
     offered = Offered(config)
     row: dict[str, Any] = {"engine": f"echo {mode}", "partitions": partitions}
     try:
         with running_worker(config):
             # warm: the group joined and one request answered before anything is timed
-            _wait_for(seen, offered.publish("warm", 1, None), 120)
+            wait_for(seen, offered.publish("warm", 1, None), 120)
             ids = offered.publish("capacity", CAPACITY_REQUESTS, None)
-            _wait_for(seen, ids, 300)
+            wait_for(seen, ids, 300)
             with seen.lock:
                 times = [seen.answers[i][0] for i in ids]
             capacity = len(ids) / (max(times) - min(offered.sent[i] for i in ids))
@@ -148,7 +148,7 @@ def measure(bootstrap: str, mode: str, partitions: int, seconds: float) -> dict[
                 rate = load * capacity
                 phase = f"load{load}"
                 ids = offered.publish(phase, max(20, int(rate * seconds)), rate)
-                _wait_for(seen, ids, 120)
+                wait_for(seen, ids, 120)
                 row["loads"].append(_figures(config, seen, offered, ids, load, rate))
     finally:
         stop.set()

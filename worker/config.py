@@ -162,10 +162,12 @@ class SchedulingConfig:
     weight: float = 1.0  # a batch's weight unless its publisher gives one
     quantum: int = 16  # requests a batch of weight 1 is fed per turn
     # the requests topic holds at most max(min_depth, answered/s × depth_s) unanswered
-    # records that the feeder fed; min_depth 0: 2 × batching.prefetch_count (a fleet of
-    # more than two workers on a slow engine wants workers × prefetch_count)
+    # records that the feeder fed (what workers hold and answered-but-uncommitted records
+    # count too, so depth_s well above commit_interval_ms keeps them busy); min_depth 0:
+    # 2 × batching.prefetch_count (more than two workers on a slow engine want
+    # workers × prefetch_count)
     min_depth: int = 0
-    depth_s: float = 0.5
+    depth_s: float = 1.0
     max_depth: int = 8192
 
 
