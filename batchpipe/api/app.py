@@ -36,7 +36,7 @@ from batchpipe.api.errors import ApiError, unavailable
 from batchpipe.api.guard import Guard, body_limit
 from batchpipe.api.lifecycle import Lifecycle
 from batchpipe.api.metrics import ApiMetrics
-from batchpipe.api.state import KafkaUnavailable, StateTopic
+from batchpipe.api.state import KafkaUnavailable, StaleRecord, StateTopic
 from batchpipe.api.store import open_store
 from worker import __version__
 from worker.config import Config
@@ -101,6 +101,12 @@ def create_app(
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         return _answer(exc)
+
+    @app.exception_handler(StaleRecord)
+    async def stale(request: Request, exc: StaleRecord) -> JSONResponse:
+        # another replica changed the batch between this one's read and write, twice
+        message = f"the batch changed while this request ran; retry it ({exc})"
+        return _answer(ApiError(409, message, code="conflict"))
 
     @app.exception_handler(KafkaUnavailable)
     async def kafka_unavailable(request: Request, exc: KafkaUnavailable) -> JSONResponse:

@@ -45,7 +45,7 @@ from batchpipe.api.assemble import assemble
 from batchpipe.api.follow import ResultsFollower
 from batchpipe.api.records import ENDPOINTS, BatchRecord, Counts, Usage
 from batchpipe.api.retention import Retention
-from batchpipe.api.state import KafkaUnavailable, StateTopic
+from batchpipe.api.state import KafkaUnavailable, StaleRecord, StateTopic
 from batchpipe.api.store import FileStore
 from batchpipe.batchfile import FileLimits, iter_file
 from batchpipe.client import Client
@@ -125,18 +125,27 @@ class Lifecycle:
         """Mark the batch ``cancelling`` and stop it on every worker; with False (and the
         batch as it is) when it is finalizing or has ended. ``cancelling`` stays as it is."""
         with self._lock:
-            batch = self._state.batch(batch_id)
-            if batch is None:
-                raise KeyError(batch_id)
-            if batch.status == "cancelling":
-                return batch, True
-            if batch.status not in ("validating", "in_progress"):
-                return batch, False
-            batch = self._state.put_batch(replace(batch, status="cancelling", cancelling_at=_now()))
+            try:
+                batch, changed = self._cancel(batch_id)
+            except StaleRecord:  # another replica changed it: decide again on what it wrote
+                batch, changed = self._cancel(batch_id)
+        if not changed:
+            return batch, batch.status == "cancelling"
         # in the background: the answer waits for the state write only, never for the
         # control topic; the loop retries an announcement that failed
         self._pool.submit(self._announce_stop, batch)
         return batch, True
+
+    def _cancel(self, batch_id: str) -> tuple[BatchRecord, bool]:
+        """The batch, and whether this call made it ``cancelling``."""
+        batch = self._state.batch(batch_id)
+        if batch is None:
+            raise KeyError(batch_id)
+        if batch.status not in ("validating", "in_progress"):
+            return batch, False
+        return self._state.put_batch(
+            replace(batch, status="cancelling", cancelling_at=_now())
+        ), True
 
     def _announce_stop(self, batch: BatchRecord) -> None:
         """Tell every worker the batch is cancelled; a failure is retried by the loop."""

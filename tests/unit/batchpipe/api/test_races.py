@@ -12,7 +12,8 @@ import pytest
 from batchpipe.api import lifecycle as lifecycle_module
 from batchpipe.api.assemble import Assembled
 from batchpipe.api.lifecycle import Lifecycle
-from batchpipe.api.records import Counts, Usage
+from batchpipe.api.records import BatchRecord, Counts, Usage
+from batchpipe.api.state import StaleRecord
 from tests.unit.batchpipe.api.fakes import (
     ALICE,
     FakeLog,
@@ -131,3 +132,29 @@ def test_cancel_cancels_once_and_a_retry_answers_the_same(tmp_path: Path) -> Non
         assert until(lambda: [s.batch_id for s in lifecycle.stops] == [batch.id])
         after = svc.state.batch(batch.id)
         assert after is not None and after.version == batch.version + 1
+
+
+def test_a_cancel_meeting_another_replicas_change_decides_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by reading: a write over a version another replica replaced is refused
+    (StaleRecord); a cancel then decides again on what that replica wrote, and a second
+    refusal is a 409 to retry, never a 500."""
+    svc = services(unit_config(tmp_path))
+    with client(svc) as http:
+        batch = stored_batch(svc, stored_file(svc), status="in_progress")
+        real_put = svc.state.put_batch
+        refusals = [StaleRecord("another replica wrote first")]
+
+        def put_batch(record: BatchRecord) -> BatchRecord:
+            if refusals:
+                raise refusals.pop()
+            return real_put(record)
+
+        monkeypatch.setattr(svc.state, "put_batch", put_batch)
+        retried = http.post(f"/v1/batches/{batch.id}/cancel", headers=ALICE)
+        assert (retried.status_code, retried.json()["status"]) == (200, "cancelling")
+        other = stored_batch(svc, stored_file(svc), status="in_progress")
+        refusals.extend([StaleRecord("again"), StaleRecord("and again")])
+        refused = http.post(f"/v1/batches/{other.id}/cancel", headers=ALICE)
+        assert (refused.status_code, refused.json()["error"]["code"]) == (409, "conflict")
