@@ -37,6 +37,8 @@ BENCHMARKS = (
     "structured",
     "embeddings",
     "broker_earliest",
+    "latency",
+    "fairness",
 )
 
 
