@@ -271,6 +271,48 @@ def broker_earliest(result: Result, axes: list[Axes]) -> None:
     )
 
 
+def latency(result: Result, axes: list[Axes]) -> None:
+    rows = [(r, load) for r in result["runs"] for load in r["loads"]]
+    labels = [f"{r['engine'][5:]} {r['partitions']}p x{load['load']}" for r, load in rows]
+    _bars(
+        axes[0],
+        labels,
+        [load["end_to_end"]["p99_ms"] for _, load in rows],
+        "end-to-end P99 (goal: see bench/README.md)",
+        "ms",
+    )
+    _bars(
+        axes[1],
+        labels,
+        [load["batch_wait"]["p99_ms"] for _, load in rows],
+        f"batch wait P99 (goal {result['setup']['timeout_ms'] + 20} ms)",
+        "ms",
+    )
+
+
+def fairness(result: Result, axes: list[Axes]) -> None:
+    small = result["mixed"]
+    _bars(
+        axes[0],
+        ["FIFO median", "FIFO max", "fair median", "fair max"],
+        [
+            result["fifo_small_slowdown_median"],
+            result["fifo_small_slowdown_max"],
+            result["fair_small_slowdown_median"],
+            result["fair_small_slowdown_max"],
+        ],
+        f"{len(small['fair']['small'])} small batches behind {result['setup']['large']:,}",
+        "time ÷ time alone",
+    )
+    _bars(
+        axes[1],
+        ["FIFO", "fair"],
+        [r["large_requests_per_s"] for r in result["alone"].values()],
+        "one large batch alone",
+        "requests/s",
+    )
+
+
 CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
     "overhead": overhead,
     "realtime": realtime,
@@ -284,6 +326,8 @@ CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
     "structured": structured,
     "embeddings": embeddings,
     "broker_earliest": broker_earliest,
+    "latency": latency,
+    "fairness": fairness,
 }
 
 
