@@ -11,8 +11,9 @@ import hashlib
 import time
 from array import array
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from itertools import chain
+from operator import attrgetter
 
 from batcher import Pending, prefix_key_of
 from worker.config import BatchingConfig, GenerationConfig
@@ -127,7 +128,9 @@ class Intake:
             refused = refusal(self._engine, sampling, request.custom_id)
             if refused is not None:
                 raise refused
-        token_ids, inputs = self._tokens(replace(request, enable_thinking=sampling.enable_thinking))
+        if request.enable_thinking != sampling.enable_thinking:  # the template renders it
+            request = replace(request, enable_thinking=sampling.enable_thinking)
+        token_ids, inputs = self._tokens(request)
         # n choices are n sequences: each holds the prompt and up to max_tokens
         total = (len(token_ids) + sampling.max_tokens) * sampling.n
         if total > self._batching.max_batch_tokens:
@@ -191,14 +194,21 @@ def _dedup_key(
     and identical deterministic sampling."""
     if not sampling.deterministic:
         return None
+    settings = list(_SAMPLING_FIELDS(sampling))  # every field, one C call
     if not sampling.seeded:
         # greedy: the seed drawn at admission is unused and differs between identical requests
-        sampling = replace(sampling, seed=0)
+        settings[_SEED] = 0
     digest = hashlib.blake2b(digest_size=16)
     digest.update(array("q", token_ids).tobytes())  # one C call, not a loop per token
-    digest.update(repr(sampling).encode())
+    digest.update(repr(settings).encode())
     digest.update(array("q", [len(ids) for ids in inputs]).tobytes())
     return digest.digest()
+
+
+_NAMES = tuple(f.name for f in fields(ResolvedSampling))
+#: every setting of a resolved request, in order: a field added later is in the key too
+_SAMPLING_FIELDS = attrgetter(*_NAMES)
+_SEED = _NAMES.index("seed")
 
 
 def _pairs(headers: Headers | None) -> tuple[tuple[str, bytes | str | None], ...]:

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, get_args
+from typing import Final, Literal, Protocol, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -42,6 +41,27 @@ BATCH_SIZE_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 BATCH_TOKEN_BUCKETS: Final = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 FILL_RATIO_BUCKETS: Final = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 PADDING_WASTE_BUCKETS: Final = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0)
+
+
+class _Child(Protocol):
+    def inc(self, amount: float = 1) -> None: ...
+
+
+class StageTimer:
+    """Times one ``with`` body into a stage's counter: a plain object, not a generator
+    context manager, as it runs a few times per request (issue 25)."""
+
+    __slots__ = ("_child", "_start")
+
+    def __init__(self, child: _Child) -> None:
+        self._child = child
+        self._start = 0.0
+
+    def __enter__(self) -> None:
+        self._start = time.perf_counter()
+
+    def __exit__(self, *_exc: object) -> None:
+        self._child.inc(time.perf_counter() - self._start)
 
 
 @dataclass(frozen=True)
@@ -186,18 +206,16 @@ class WorkerMetrics:
         )
         self._ready = gauge("batchpipe_worker_ready", "1 when /readyz answers 200.")
 
-        for status in STATUSES:
-            self._requests.labels(model, status)
-        for code in ErrorCode:
-            self._errors.labels(str(int(code)))
-        for kind in TOKEN_KINDS:
-            self._tokens.labels(model, kind)
+        # the children of the fixed label sets, kept: ``labels()`` costs a lock and a
+        # lookup, too much once per request (issue 25)
+        self._by_status = {status: self._requests.labels(model, status) for status in STATUSES}
+        self._by_code = {int(code): self._errors.labels(str(int(code))) for code in ErrorCode}
+        self._by_kind = [self._tokens.labels(model, kind) for kind in TOKEN_KINDS]
         for outcome in TX_OUTCOMES:
             self._transactions.labels(outcome)
         for rebalance in REBALANCE_KINDS:
             self._rebalances.labels(rebalance)
-        for stage in STAGES:
-            self._stage.labels(stage)
+        self._by_stage = {stage: self._stage.labels(stage) for stage in STAGES}
         self._build.labels(version, engine, model).set(1)
         self._prefetch.set(prefetch_limit)
 
@@ -212,21 +230,21 @@ class WorkerMetrics:
         queue_wait_s: float,
     ) -> None:
         """A result (completed or failed) was published. ``e2e_s`` is None without submitted_at."""
-        code_label = None if code is None else str(int(ErrorCode(code)))  # validate first
-        self._requests.labels(self._model, status).inc()
-        if code_label is not None:
-            self._errors.labels(code_label).inc()
+        errors = None if code is None else self._by_code[int(ErrorCode(code))]  # validate first
+        self._by_status[status].inc()
+        if errors is not None:
+            errors.inc()
         usage = (usage_prompt, usage_completion, usage_reasoning)
-        for kind, count in zip(TOKEN_KINDS, usage, strict=True):
+        for child, count in zip(self._by_kind, usage, strict=True):
             if count:
-                self._tokens.labels(self._model, kind).inc(count)
+                child.inc(count)
         if e2e_s is not None:
             self._latency.observe(e2e_s)
         self._queue_wait.observe(queue_wait_s)
 
     def dead_lettered(self, code: int = ErrorCode.MALFORMED) -> None:
         """A record went to the dead-letter topic instead of a result (do not call answered())."""
-        self._errors.labels(str(int(ErrorCode(code)))).inc()
+        self._by_code[int(ErrorCode(code))].inc()
         self._dead_letters.inc()
 
     def batch_done(
@@ -310,15 +328,13 @@ class WorkerMetrics:
             self._lag_unknown_count = len(lags) - len(known)
             self._lag_unknown.set(self._lag_unknown_count)
 
-    @contextmanager
-    def stage(self, name: Stage) -> Iterator[None]:
+    def stage(self, name: Stage) -> StageTimer:
         """Add the wall time of the ``with`` body to ``batchpipe_stage_seconds_total{stage}``."""
-        child = self._stage.labels(name)
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            child.inc(time.perf_counter() - start)
+        return StageTimer(self._by_stage[name])
+
+    def add_stage(self, name: Stage, seconds: float) -> None:
+        """Add ``seconds`` timed by the caller (e.g. summed over a poll's records)."""
+        self._by_stage[name].inc(seconds)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this worker's registry."""

@@ -224,6 +224,16 @@ def _format_from_pb(msg: pb.ResponseFormat) -> ResponseFormat:
     return ResponseFormat(kind, msg.schema, msg.name, _present(msg, "strict"))
 
 
+def _has_unknown(msg: Message) -> bool:
+    """Whether ``msg`` holds unknown fields anywhere: what it serializes to shrinks when
+    they are dropped. Two C calls, where naming them (:func:`_unknown_fields`) walks every
+    nested message in Python; that runs only when this says there is something to name.
+    ``msg`` loses its unknown fields here."""
+    size = msg.ByteSize()
+    msg.DiscardUnknownFields()
+    return msg.ByteSize() != size
+
+
 def _unknown_fields(msg: Message, where: str) -> list[str]:
     """Fields a newer producer set that this worker does not know, by path and number."""
     unknown = UnknownFieldSet(msg)
@@ -326,7 +336,9 @@ def decode_request(
         raise _malformed(f"not a valid protobuf {REQUEST_TYPE}: {exc}") from exc
     custom_id = msg.custom_id or None
     batch = (escaped(msg.batch_id), max(0, msg.batch_total))  # puts an error in its batch
-    unknown = _unknown_fields(msg, "")
+    unknown: list[str] = []
+    if _has_unknown(msg):  # which: named from the record as it came (msg lost them)
+        unknown = _unknown_fields(pb.InferenceRequest.FromString(payload), "")
     if unknown:
         # proto3 keeps fields it does not know; serving the request without them would
         # silently ignore what the producer asked for

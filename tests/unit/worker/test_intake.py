@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING, Any
 
 from batcher import Pending
 from worker.config import BatchingConfig, GenerationConfig
-from worker.engines.base import Engine
+from worker.engines.base import Engine, ResolvedSampling
 from worker.engines.echo import EchoEngine
-from worker.intake import Intake
+from worker.intake import Intake, _dedup_key
 from worker.jobs import Identity, Job, Source
 from worker.wire.codec import CodecLimits, encode_request
 from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
@@ -82,3 +83,29 @@ def test_seeded_sampled_requests_dedup_and_unseeded_ones_never_do() -> None:
     assert admit(ask(temperature=0.8)).dedup_key is None
     # a sampling temperature from the configuration counts the same as a requested one
     assert admit(ask(), GenerationConfig(temperature=0.8)).dedup_key is None
+
+
+def test_every_resolved_setting_is_in_the_dedup_key() -> None:
+    # the key reads the settings field by field: any one of them changed is another key
+    greedy = admit(ask(temperature=0.0, seed=3)).payload.engine_input.sampling
+    changed: dict[str, Any] = {
+        "max_tokens": 7,
+        "temperature": 0.5,
+        "top_p": 0.5,
+        "top_k": 2,
+        "seed": 9,
+        "seeded": False,
+        "stop": ("x",),
+        "presence_penalty": 0.5,
+        "frequency_penalty": 0.5,
+        "repetition_penalty": 1.5,
+        "enable_thinking": not greedy.enable_thinking,
+        "n": 2,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "response_format": replace(greedy.response_format, type="json_object"),
+    }
+    assert set(changed) == {f.name for f in fields(ResolvedSampling)}
+    base = _dedup_key((1, 2), greedy)
+    for name, value in changed.items():
+        assert _dedup_key((1, 2), replace(greedy, **{name: value})) != base, name

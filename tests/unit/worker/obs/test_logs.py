@@ -87,8 +87,8 @@ def test_summary_rates_from_snapshot_differences(caplog: pytest.LogCaptureFixtur
     summary = SummaryLogger(logging.getLogger("batchpipe.summary"), interval_s=10.0)
     caplog.set_level(logging.INFO, logger="batchpipe.summary")
     start = snap(requests_completed=100, tokens_prompt=5000, batches=10, batched_requests=80)
-    assert summary.maybe_log(0.0, start) is None  # baseline
-    assert summary.maybe_log(5.0, snap(requests_completed=150)) is None  # too soon
+    assert summary.maybe_log(0.0, lambda: start) is None  # baseline
+    assert summary.maybe_log(5.0, lambda: snap(requests_completed=150)) is None  # too soon
     later = snap(
         requests_completed=280,
         requests_failed=20,
@@ -98,7 +98,7 @@ def test_summary_rates_from_snapshot_differences(caplog: pytest.LogCaptureFixtur
         batched_requests=280,
         total_lag=42,
     )
-    result = summary.maybe_log(20.0, later)
+    result = summary.maybe_log(20.0, lambda: later)
     assert result is not None
     assert result.interval_s == 20.0
     assert result.requests_per_s == 10.0  # 200 requests in 20 s
@@ -109,11 +109,28 @@ def test_summary_rates_from_snapshot_differences(caplog: pytest.LogCaptureFixtur
     (record,) = caplog.records
     assert record.getMessage() == "summary: 10.0 req/s, 300.0 tokens/s, mean batch 10.0, lag 42"
     assert record.__dict__["requests_per_s"] == 10.0
-    assert summary.maybe_log(25.0, later) is None  # next window starts at 20 s
+    assert summary.maybe_log(25.0, lambda: later) is None  # next window starts at 20 s
 
     # a lag that could not be measured is said, not read as 0
-    summary.maybe_log(40.0, replace(later, total_lag=0, lag_unknown_partitions=2))
+    summary.maybe_log(40.0, lambda: replace(later, total_lag=0, lag_unknown_partitions=2))
     assert caplog.records[-1].getMessage().endswith("lag 0 + unknown on 2 partitions")
+
+
+def test_a_snapshot_is_taken_only_when_a_summary_is_due() -> None:
+    # a snapshot walks the whole registry: the loop asks every step, it is read rarely
+    summary = SummaryLogger(logging.getLogger("batchpipe.summary"), interval_s=10.0)
+    taken: list[float] = []
+
+    def at(now: float) -> None:
+        def snapshot() -> MetricsSnapshot:
+            taken.append(now)
+            return snap(requests_completed=int(now))
+
+        summary.maybe_log(now, snapshot)
+
+    for now in (0.0, 1.0, 2.0, 9.9, 10.0, 15.0, 20.5):
+        at(now)
+    assert taken == [0.0, 10.0, 20.5]  # the baseline, then once per interval
 
 
 def test_fields_a_record_factory_adds_are_not_extras() -> None:

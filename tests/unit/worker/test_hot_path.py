@@ -1,0 +1,40 @@
+"""The loop's per-poll work (issue 25): what is done once per poll or per batch instead of
+once per record still counts every record."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from worker.errors import ErrorCode
+
+from .fakes import GatedEngine
+from .rig import P0, P1, loop_config, rig
+
+
+def stage_seconds(registry: object, stage: str) -> float:
+    value = registry.get_sample_value(  # type: ignore[attr-defined]
+        "batchpipe_stage_seconds_total", {"stage": stage}
+    )
+    return float(value or 0.0)
+
+
+def test_a_poll_of_records_is_decoded_in_one_pass_and_its_time_counted() -> None:
+    with rig(loop_config(), GatedEngine(gated=False)) as r:
+        for i in range(6):
+            r.broker.submit(i % 2, f"r{i}", f"hello {i}")
+        r.broker.append(0, b"\x00not a request")  # a dead letter among them
+        r.consumer.rebalance("assign", [P0, P1])
+        ids = {f"r{i}" for i in range(6)}
+        r.step_until(lambda: r.settled(ids), "every record answered and committed")
+
+        assert r.answers() == Counter(dict.fromkeys(ids, 1))
+        registry = r.worker.metrics.registry
+        assert stage_seconds(registry, "decode") > 0.0
+        errors = registry.get_sample_value(
+            "batchpipe_request_errors_total", {"code": str(int(ErrorCode.MALFORMED))}
+        )
+        assert errors == 1
+        completed = registry.get_sample_value(
+            "batchpipe_requests_total", {"model": r.worker.identity.model, "status": "completed"}
+        )
+        assert completed == 6
