@@ -12,7 +12,10 @@ share of ``--budget-s``, so one engine's failure or memory never spoils another'
 * ``trtllm``: the trtllm engine in flight on ``load_format="dummy"``, when ``tensorrt_llm``
   is importable (bench/gpu_check_engines.py);
 * ``vllm``: vLLM's own ``LLM.generate`` on ``load_format="dummy"``, when ``vllm`` is
-  importable (bench/gpu_check_engines.py).
+  importable (bench/gpu_check_engines.py);
+* ``pipeline``: the whole worker on the embedded broker feeding the hf engine on CUDA with
+  short requests: is the engine busy, or does it wait for the worker
+  (bench/gpu_check_pipeline.py)?
 
 Writes bench/results/gpu_check.json; a section that could not run records why.
 """
@@ -33,7 +36,7 @@ from typing import Any
 PROMPT_TOKENS = 256
 NEW_TOKENS = 128
 VOCAB = 32000
-SECTIONS = {"hf": 0.3, "trtllm": 0.45, "vllm": 0.25}  # shares of the budget
+SECTIONS = {"hf": 0.35, "pipeline": 0.45, "trtllm": 0.45, "vllm": 0.25}  # shares of the budget
 ENGINE_MODULES = {"trtllm": "tensorrt_llm", "vllm": "vllm"}
 
 
@@ -73,11 +76,13 @@ def prompts(count: int) -> list[tuple[int, ...]]:
 
 
 def section_command(name: str, args: argparse.Namespace, out: Path, budget_s: float) -> list[str]:
-    module = "bench.gpu_check_hf" if name == "hf" else "bench.gpu_check_engines"
+    module = {"hf": "bench.gpu_check_hf", "pipeline": "bench.gpu_check_pipeline"}.get(
+        name, "bench.gpu_check_engines"
+    )
     command = [sys.executable, "-m", module, "--out", str(out), "--layers", str(args.layers)]
     command += ["--batch-sizes", args.batch_sizes, "--device", args.device]
     command += ["--budget-s", f"{budget_s:.0f}"]
-    return command + ([] if name == "hf" else ["--engine", name])
+    return command + ([] if name in ("hf", "pipeline") else ["--engine", name])
 
 
 def run_section(name: str, args: argparse.Namespace, budget_s: float) -> dict[str, Any]:

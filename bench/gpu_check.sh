@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The engine checks that need an NVIDIA GPU, as one script for a lent GPU machine (under
 # 9 minutes): the CUDA paths of the pinned staging pool's unit tests, then bench/gpu_check.py
-# — the hf engine on CUDA with and without pinned staging, the trtllm engine in flight on
+# — the hf engine on CUDA with and without pinned staging, the whole worker pipeline feeding
+# it short requests (is the engine busy?), the trtllm engine in flight on
 # load_format="dummy" if tensorrt_llm is importable, vLLM if vllm is importable — which
 # writes bench/results/gpu_check.json. Needs a Python whose torch has CUDA, plus
 # transformers and tokenizers; nothing is downloaded. PYTHON=... picks the interpreter.
