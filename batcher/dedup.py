@@ -8,6 +8,7 @@ follower must be promoted (its leader left without a result it can share).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Generic
 
 from batcher.types import Pending, T
@@ -21,8 +22,8 @@ class DedupIndex(Generic[T]):
     """
 
     def __init__(self) -> None:
-        self._leader_by_dedup: dict[bytes, str] = {}
-        self._dedup_by_leader: dict[str, bytes] = {}
+        self._leader_by_dedup: dict[Hashable, str] = {}
+        self._dedup_by_leader: dict[str, Hashable] = {}
         self._followers: dict[str, list[Pending[T]]] = {}
         self._leader_of: dict[str, str] = {}
 
@@ -30,7 +31,7 @@ class DedupIndex(Generic[T]):
         """Number of followers."""
         return len(self._leader_of)
 
-    def leader_for(self, dedup_key: bytes) -> str | None:
+    def leader_for(self, dedup_key: Hashable) -> str | None:
         return self._leader_by_dedup.get(dedup_key)
 
     def is_follower(self, key: str) -> bool:

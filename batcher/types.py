@@ -7,6 +7,7 @@ engine, and nobody downstream may change what the batcher decided.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
@@ -21,11 +22,12 @@ Reason = Literal["full", "timeout", "flush"]
 class Pending(Generic[T]):
     """One admitted request waiting for, or running in, a batch.
 
-    ``key`` is unique among the items in flight. ``tokens`` (prompt plus the generation
-    budget) is what counts against ``max_batch_tokens``. ``dedup_key`` is set by the caller
-    only when sampling is deterministic: an identical key promises identical model input and
-    parameters, so one run can answer all of them. ``prefix_key`` identifies the first
-    block(s) of prompt tokens (see :func:`batcher.formation.prefix_key_of`).
+        ``key`` is unique among the items in flight. ``tokens`` (prompt plus the generation
+        budget) is what counts against ``max_batch_tokens``. ``dedup_key`` is set by the caller
+        only when sampling is deterministic: an identical key promises identical model input and
+        parameters, so one run can answer all of them (any hashable value that compares equal
+    exactly then). ``prefix_key`` identifies the first
+        block(s) of prompt tokens (see :func:`batcher.formation.prefix_key_of`).
     """
 
     key: str
@@ -37,7 +39,7 @@ class Pending(Generic[T]):
     payload: T
     priority: int = 0
     deadline: float | None = None
-    dedup_key: bytes | None = None
+    dedup_key: Hashable | None = None
     prefix_key: bytes | None = None
 
     def __post_init__(self) -> None:

@@ -7,10 +7,8 @@ dead-letter record (it could not). Nothing here raises for bad input.
 
 from __future__ import annotations
 
-import hashlib
 import time
-from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from itertools import chain
 from operator import attrgetter
@@ -128,7 +126,9 @@ class Intake:
             refused = refusal(self._engine, sampling, request.custom_id)
             if refused is not None:
                 raise refused
-        if request.enable_thinking != sampling.enable_thinking:  # the template renders it
+        if (request.enable_thinking is True) != sampling.enable_thinking:
+            # the chat template renders it; unset reads as off (as the engines read it), so
+            # only a configured True makes a copy
             request = replace(request, enable_thinking=sampling.enable_thinking)
         token_ids, inputs = self._tokens(request)
         # n choices are n sequences: each holds the prompt and up to max_tokens
@@ -189,20 +189,21 @@ def _dedup_key(
     token_ids: Sequence[int],
     sampling: ResolvedSampling,
     inputs: Sequence[Sequence[int]] = (),
-) -> bytes | None:
-    """Same key ⇔ byte-identical model input (embedding inputs split at the same places)
-    and identical deterministic sampling."""
+) -> Hashable | None:
+    """Same key ⇔ identical model input (embedding inputs split at the same places) and
+    identical deterministic sampling.
+
+    The key is the token ids themselves (the tuple the engine made, shared, not copied),
+    every setting and the inputs' lengths: compared exactly, no digest that could collide,
+    and hashed in C where a digest first copied every id into a buffer (issue 25).
+    """
     if not sampling.deterministic:
         return None
-    settings = list(_SAMPLING_FIELDS(sampling))  # every field, one C call
+    settings = _SAMPLING_FIELDS(sampling)  # every field, one C call
     if not sampling.seeded:
         # greedy: the seed drawn at admission is unused and differs between identical requests
-        settings[_SEED] = 0
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(array("q", token_ids).tobytes())  # one C call, not a loop per token
-    digest.update(repr(settings).encode())
-    digest.update(array("q", [len(ids) for ids in inputs]).tobytes())
-    return digest.digest()
+        settings = (*settings[:_SEED], 0, *settings[_SEED + 1 :])
+    return (tuple(token_ids), settings, tuple(len(ids) for ids in inputs))
 
 
 _NAMES = tuple(f.name for f in fields(ResolvedSampling))

@@ -150,6 +150,12 @@ def _is_json(payload: bytes, headers: Headers | None, message_type: str) -> bool
     )
 
 
+def _set_fields(msg: Message) -> dict[str, Any]:
+    """The fields of ``msg`` that are set, by name: a proto3 ``optional`` field is there
+    exactly when it is set (as :func:`_present` says), a plain one when not its default."""
+    return {descriptor.name: value for descriptor, value in msg.ListFields()}
+
+
 def _present(msg: Any, name: str) -> Any:
     """A proto3 ``optional`` field's value, or None when unset."""
     return getattr(msg, name) if msg.HasField(name) else None
@@ -260,6 +266,9 @@ def _encoding_from_pb(number: int) -> EncodingFormat:
 
 def _request_from_pb(msg: pb.InferenceRequest) -> InferenceRequest:
     s = msg.sampling
+    # the fields set, each message read once (one C call) rather than asked field by field
+    asked = _set_fields(s)
+    top = _set_fields(msg)
     req = InferenceRequest(
         custom_id=msg.custom_id,
         batch_id=msg.batch_id,
@@ -269,28 +278,28 @@ def _request_from_pb(msg: pb.InferenceRequest) -> InferenceRequest:
         prompt=msg.prompt if msg.WhichOneof("input") == "prompt" else None,
         prompt_token_ids=tuple(msg.prompt_token_ids.ids),
         sampling=SamplingParams(
-            max_tokens=_present(s, "max_tokens"),
-            temperature=_present(s, "temperature"),
-            top_p=_present(s, "top_p"),
-            top_k=_present(s, "top_k"),
-            seed=_present(s, "seed"),
+            max_tokens=asked.get("max_tokens"),
+            temperature=asked.get("temperature"),
+            top_p=asked.get("top_p"),
+            top_k=asked.get("top_k"),
+            seed=asked.get("seed"),
             stop=tuple(s.stop),
-            presence_penalty=_present(s, "presence_penalty"),
-            frequency_penalty=_present(s, "frequency_penalty"),
-            repetition_penalty=_present(s, "repetition_penalty"),
-            n=_present(s, "n"),
-            logprobs=_present(s, "logprobs"),
-            top_logprobs=_present(s, "top_logprobs"),
+            presence_penalty=asked.get("presence_penalty"),
+            frequency_penalty=asked.get("frequency_penalty"),
+            repetition_penalty=asked.get("repetition_penalty"),
+            n=asked.get("n"),
+            logprobs=asked.get("logprobs"),
+            top_logprobs=asked.get("top_logprobs"),
             response_format=_format_from_pb(s.response_format),
         ),
-        enable_thinking=_present(msg, "enable_thinking"),
+        enable_thinking=top.get("enable_thinking"),
         metadata=MappingProxyType(dict(msg.metadata)),
         priority=msg.priority,
-        deadline=_present(msg, "deadline"),
-        submitted_at=_present(msg, "submitted_at"),
+        deadline=top.get("deadline"),
+        submitted_at=top.get("submitted_at"),
         embedding_inputs=tuple(msg.embedding_inputs.texts),
         encoding_format=_encoding_from_pb(msg.encoding_format),
-        dimensions=_present(msg, "dimensions"),
+        dimensions=top.get("dimensions"),
         responses=msg.endpoint == pb.ENDPOINT_RESPONSES,
     )
     said = _ENDPOINT_NAME.get(msg.endpoint)
