@@ -206,6 +206,49 @@ def embeddings_headline(r: Result) -> str:
     return "; ".join(parts)
 
 
+def latency_short(r: Result) -> str:
+    loads = [load for run in r["runs"] for load in run["loads"]]
+    met = sum(load["meets_goals"] for load in loads)
+    worst_wait = max(load["batch_wait"]["p99_ms"] for load in loads)
+    worst_e2e = max(load["end_to_end"]["p99_ms"] for load in loads)
+    return (
+        f"goals met in **{met} of {len(loads)}** runs; worst P99 batch wait "
+        f"{worst_wait:.0f} ms, end to end {worst_e2e:.0f} ms (timeout_ms "
+        f"{r['setup']['timeout_ms']}, commit every {r['setup']['commit_interval_ms']} ms)"
+    )
+
+
+def latency_headline(r: Result) -> str:
+    rows = []
+    for run in r["runs"]:
+        for load in run["loads"]:
+            rows.append(
+                f"{run['engine']}, {run['partitions']} partitions, {load['load']} × "
+                f"{n(run['capacity_requests_per_s'])} req/s: P99 batch wait "
+                f"{load['batch_wait']['p99_ms']:.0f} ms (goal "
+                f"{load['goal_batch_wait_p99_ms']:.0f}), end to end "
+                f"{load['end_to_end']['p99_ms']:.0f} ms (goal {load['goal_end_to_end_p99_ms']:.0f})"
+            )
+    return "; ".join(rows)
+
+
+def fairness_short(r: Result) -> str:
+    return (
+        f"10-request batches behind {n(r['setup']['large'])}: median slowdown "
+        f"**{x(r['fair_small_slowdown_median'])}** fair vs {x(r['fifo_small_slowdown_median'])} "
+        f"FIFO; one batch alone **{x(r['single_batch_throughput_fair_vs_fifo'])}** FIFO's "
+        "requests/s"
+    )
+
+
+def fairness_headline(r: Result) -> str:
+    return (
+        f"{fairness_short(r)}; worst small-batch slowdown {x(r['fair_small_slowdown_max'])} "
+        f"fair vs {x(r['fifo_small_slowdown_max'])} FIFO; Jain's index of four batches "
+        f"submitted together {r['fair_jain']:.2f} fair, {r['fifo_jain']:.2f} FIFO"
+    )
+
+
 README_ROWS: tuple[tuple[str, str, Describe], ...] = (
     ("batching vs one request at a time, SmolLM2 on CPU", "realtime", realtime_short),
     ("batchpipe vs the same engine fed directly, no Kafka", "realtime", ideal_short),
@@ -223,6 +266,8 @@ README_ROWS: tuple[tuple[str, str, Describe], ...] = (
         "embeddings",
         embeddings_short,
     ),
+    ("latency at half and a tenth of capacity, echo engine", "latency", latency_short),
+    ("fair share: small batches behind a large one", "fairness", fairness_short),
 )
 
 
@@ -555,5 +600,29 @@ BENCHES: tuple[Bench, ...] = (
         "the trtllm engine in flight and vLLM on dummy weights",
         lambda r: f"{r['model']}, {r['prompt_tokens']} prompt + {r['new_tokens']} new tokens",
         gpu_headline,
+    ),
+    Bench(
+        "latency.py",
+        "latency",
+        "python -m bench.latency",
+        "how long a request waits at half and a tenth of capacity (issue 29's goals)",
+        lambda r: (
+            f"echo static and in flight, {r['setup']['max_tokens']} tokens at "
+            f"{r['setup']['step_s'] * 1000:.0f} ms a step, {r['setup']['seconds_per_load']:.0f} s "
+            "a load, capacity measured first in the same run"
+        ),
+        latency_headline,
+    ),
+    Bench(
+        "fairness.py",
+        "fairness",
+        "python -m bench.fairness",
+        "small batches arriving while a large one runs, FIFO vs fair share (issue 23)",
+        lambda r: (
+            f"one worker, echo at {r['setup']['token_s'] * 1000:.0f} ms a step, "
+            f"{r['setup']['small_batches']} batches of {r['setup']['small']} every "
+            f"{r['setup']['every_s']} s behind {n(r['setup']['large'])}"
+        ),
+        fairness_headline,
     ),
 )

@@ -20,6 +20,7 @@ NOT_BENCHMARKS = {"__init__", "common", "plot", "figures", "tables", "run_all"} 
     "gpu_check",
     "gpu_check_hf",
     "gpu_check_engines",
+    "gpu_check_pipeline",
 }
 
 
