@@ -72,6 +72,20 @@ def record_limit(producer_max: int, topic: str, topic_max: Mapping[str, int]) ->
     )
 
 
+class RecordLimits:
+    """:meth:`ProducerFactory.limit` per topic, worked out once: it is asked per record."""
+
+    def __init__(self, producers: ProducerFactory) -> None:
+        self._of = producers.limit
+        self._known: dict[str, RecordLimit] = {}
+
+    def __call__(self, topic: str) -> RecordLimit:
+        limit = self._known.get(topic)
+        if limit is None:
+            limit = self._known[topic] = self._of(topic)
+        return limit
+
+
 class ProducerFactory(Protocol):
     """Builds the producers of one process, all with the same ``message.max.bytes``."""
 

@@ -35,7 +35,7 @@ from worker.kafka.failures import (
     kind,
     produce_checked,
 )
-from worker.kafka.produce import Headers, ProducerFactory
+from worker.kafka.produce import Headers, ProducerFactory, RecordLimits
 
 __all__ = [
     "AtLeastOncePublisher",
@@ -150,7 +150,7 @@ class AtLeastOncePublisher(Publisher):
         producers: ProducerFactory,
     ) -> None:
         super().__init__(kafka, consumer, tracker)
-        self._limit = producers.limit
+        self._limit = RecordLimits(producers)
         self._producer = producers()
         self._again: deque[tuple[Outgoing, OnAnswered, int]] = deque()
         self._failure: KafkaError | None = None

@@ -49,7 +49,7 @@ from worker.kafka.failures import (
     call,
     produce_checked,
 )
-from worker.kafka.produce import Headers, ProducerFactory
+from worker.kafka.produce import Headers, ProducerFactory, RecordLimits
 from worker.kafka.publisher import TIMEOUT_S, OnAnswered, Outgoing, Publisher
 from worker.obs.metrics import TxOutcome
 
@@ -66,7 +66,7 @@ class _Transactions:
 
     def __init__(self, producers: ProducerFactory, transactional_id: str) -> None:
         self.transactional_id = transactional_id
-        self.limit = producers.limit
+        self.limit = RecordLimits(producers)
         self.producer = producers(transactional_id)
         self.open = False
         self.records: list[Outgoing] = []  # produced in the open transaction, for a replay

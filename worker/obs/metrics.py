@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_left
+from collections import Counter as Tally
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, get_args
@@ -41,6 +43,22 @@ BATCH_SIZE_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 BATCH_TOKEN_BUCKETS: Final = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 FILL_RATIO_BUCKETS: Final = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 PADDING_WASTE_BUCKETS: Final = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0)
+
+
+def observe_all(histogram: Histogram, values: Sequence[float]) -> None:
+    """``histogram.observe(v)`` for each of ``values``, one update per bucket touched:
+    ``observe`` scans the buckets and takes a lock per value (issue 25: a batch's waits)."""
+    if len(values) < 2:
+        for value in values:
+            histogram.observe(value)
+        return
+    # prometheus_client's own fields, as ``observe`` updates them: the sum, and each bucket
+    # counts the values at most its bound (the last bound is +Inf)
+    bounds: list[float] = histogram._upper_bounds
+    counts = Tally(bisect_left(bounds, value) for value in values)
+    for index, count in counts.items():
+        histogram._buckets[index].inc(count)
+    histogram._sum.inc(sum(values))
 
 
 class _Child(Protocol):
@@ -266,14 +284,12 @@ class WorkerMetrics:
         self._token_fill.observe(token_fill_ratio)
         self._padding.observe(padding_waste)
         waits = (batch_wait_s,) if isinstance(batch_wait_s, (int, float)) else batch_wait_s
-        for wait in waits:
-            self._batch_wait.observe(wait)
+        observe_all(self._batch_wait, waits)
         self._engine_batch.observe(engine_s)
 
     def submitted(self, batch_wait_s: Sequence[float]) -> None:
         """Requests went into an in-flight engine, after these waits in the batcher."""
-        for wait in batch_wait_s:
-            self._batch_wait.observe(wait)
+        observe_all(self._batch_wait, batch_wait_s)
 
     def engine_request(self, seconds: float) -> None:
         """A request finished, ``seconds`` after it was handed to the engine."""

@@ -381,11 +381,14 @@ def encode_result(res: InferenceResult) -> tuple[bytes, list[tuple[str, bytes]]]
         # Decoding refuses such text (validate_request), so only a bug gets here; one bad
         # string must not stop the worker and leave its record to be re-read forever.
         msg = _result_to_pb(_escaped(res))
-    value = compress(msg.SerializeToString())
-    return value, [
-        (CONTENT_TYPE, RESULT_CONTENT_TYPE.encode()),
-        (CONTENT_ENCODING, ZSTD_ENCODING.encode()),
-    ]
+    return compress(msg.SerializeToString()), list(_RESULT_HEADERS)
+
+
+#: the headers of every result record, encoded once
+_RESULT_HEADERS = (
+    (CONTENT_TYPE, RESULT_CONTENT_TYPE.encode()),
+    (CONTENT_ENCODING, ZSTD_ENCODING.encode()),
+)
 
 
 def _escaped(res: InferenceResult) -> InferenceResult:

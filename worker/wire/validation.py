@@ -56,33 +56,39 @@ def check_custom_id(custom_id: str) -> None:
         )
 
 
-def _texts(req: InferenceRequest) -> Iterator[tuple[str, str]]:
-    """``(field name, text)`` of every string of ``req`` besides ``custom_id``."""
-    yield "batch_id", req.batch_id
-    yield "model", req.model
+def _texts(req: InferenceRequest) -> Iterator[tuple[str, object, str]]:
+    """``(field name template, its argument, text)`` of every string of ``req`` besides
+    ``custom_id``; the name (``template.format(argument)``) is made only when needed."""
+    yield "batch_id", None, req.batch_id
+    yield "model", None, req.model
     if req.prompt is not None:
-        yield "prompt", req.prompt
+        yield "prompt", None, req.prompt
     for i, message in enumerate(req.messages):
-        yield f"messages[{i}].role", message.role
-        yield f"messages[{i}].content", message.content
+        yield "messages[{}].role", i, message.role
+        yield "messages[{}].content", i, message.content
     for i, text in enumerate(req.embedding_inputs):
-        yield f"input[{i}]", text
+        yield "input[{}]", i, text
     for i, stop in enumerate(req.sampling.stop):
-        yield f"stop[{i}]", stop
-    yield "response_format.json_schema.name", req.sampling.response_format.name
-    yield "response_format.json_schema.schema", req.sampling.response_format.schema
+        yield "stop[{}]", i, stop
+    yield "response_format.json_schema.name", None, req.sampling.response_format.name
+    yield "response_format.json_schema.schema", None, req.sampling.response_format.schema
     for key, value in req.metadata.items():
-        yield "a metadata key", key
-        yield f"metadata[{key!r}]", value
+        yield "a metadata key", None, key
+        yield "metadata[{!r}]", key, value
 
 
 def _check_text(req: InferenceRequest) -> None:
     check_custom_id(req.custom_id)
-    for name, text in _texts(req):
+    texts = list(_texts(req))
+    # one search over them all (a surrogate is one code point: joining makes or hides
+    # none); only a hit walks them again to name the field
+    if not _SURROGATE.search("".join(text for _, _, text in texts)):
+        return
+    for template, argument, text in texts:
         if _SURROGATE.search(text):
             raise RequestError(
                 ErrorCode.MALFORMED,
-                f"{name} holds a lone surrogate, which UTF-8 cannot encode",
+                f"{template.format(argument)} holds a lone surrogate, which UTF-8 cannot encode",
                 req.custom_id,
             )
 

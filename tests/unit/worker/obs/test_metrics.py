@@ -6,12 +6,13 @@ import re
 import time
 
 import pytest
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from tests import ROOT
 from worker.errors import ErrorCode
-from worker.obs.metrics import WorkerMetrics
+from worker.obs.metrics import WorkerMetrics, observe_all
 
 ALLOWED_LABELS = {"model", "status", "code", "kind", "stage", "topic", "partition", "outcome"}
 ALLOWED_LABELS |= {"version", "engine", "le"}
@@ -216,3 +217,19 @@ def test_docs_list_every_metric() -> None:
         if not family.name.endswith("_created"):  # prometheus_client's creation timestamps
             exposed.add(family.name + ("_total" if family.type == "counter" else ""))
     assert exposed <= documented, exposed - documented
+
+
+def test_observing_a_batch_of_values_at_once_counts_as_observing_each() -> None:
+    values = [0.0, 0.005, 0.0051, 0.1, 0.1, 3.0, 1e9, -1.0]
+    one, each = CollectorRegistry(), CollectorRegistry()
+    buckets = (0.005, 0.1, 2.5)
+    observe_all(Histogram("h", "h", buckets=buckets, registry=one), values)
+    histogram = Histogram("h", "h", buckets=buckets, registry=each)
+    for value in values:
+        histogram.observe(value)
+
+    def samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str], float]]:
+        (family,) = registry.collect()
+        return [(s.name, s.labels, s.value) for s in family.samples if s.name != "h_created"]
+
+    assert samples(one) == samples(each)
