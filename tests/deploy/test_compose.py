@@ -145,6 +145,24 @@ def test_topics_created_match_the_worker_config(services: dict[str, Any], config
     assert "healthcheck" in services["kafka"]
 
 
+def test_a_fair_fleet_gets_each_requests_topics_pending_and_state_topics(
+    services: dict[str, Any], config: Config
+) -> None:
+    assert config.scheduling.fair  # the compose stack is a shared service
+    script = "\n".join(services["kafka-init"]["command"])
+    env = _env(services["kafka-init"])
+    requests_vars = [v for v in env if v.endswith("REQUESTS_TOPIC")]
+    assert {env[v] for v in requests_vars} == {
+        config.kafka.requests_topic,
+        *config.kafka.routes.values(),
+    }
+    for var in requests_vars:
+        assert f'"$${var}"' in script.split("scheduling.fair")[1]
+    assert '--topic "$$topic.pending" --partitions 1' in script
+    assert '--topic "$$topic.feeder-state" --partitions 1' in script
+    assert "--config cleanup.policy=compact" in script
+
+
 def test_topics_created_take_the_largest_record_the_workers_produce(
     services: dict[str, Any], config: Config
 ) -> None:

@@ -259,8 +259,10 @@ def test_keda_scales_on_lag_of_the_requests_topic(chart: helm.Chart) -> None:
     scaled = _one(docs, "ScaledObject")["spec"]
     assert scaled["scaleTargetRef"]["name"] == _one(docs, "Deployment")["metadata"]["name"]
     assert scaled["minReplicaCount"] <= scaled["maxReplicaCount"] <= config["kafka"]["partitions"]
-    (trigger,) = scaled["triggers"]
-    assert trigger["type"] == "kafka"
+    # fair share (the default): the backlog waits on the pending topic, the feeder's lag
+    assert config["scheduling"]["fair"]
+    trigger, pending = scaled["triggers"]
+    assert trigger["type"] == pending["type"] == "kafka"
     meta = trigger["metadata"]
     assert meta["topic"] == config["kafka"]["requests_topic"]
     assert meta["consumerGroup"] == config["kafka"]["group_id"]
@@ -270,8 +272,13 @@ def test_keda_scales_on_lag_of_the_requests_topic(chart: helm.Chart) -> None:
         "enable",
         "false",
     )
+    waiting = pending["metadata"]
+    assert waiting["topic"] == config["kafka"]["requests_topic"] + ".pending"
+    assert waiting["consumerGroup"] == config["kafka"]["group_id"] + ".feeder"
+    assert waiting["allowIdleConsumers"] == "true"  # one partition, many workers
     auth = _one(docs, "TriggerAuthentication")
     assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+    assert pending["authenticationRef"] == trigger["authenticationRef"]
     assert {ref["parameter"] for ref in auth["spec"]["secretTargetRef"]} == {
         "username",
         "password",
@@ -299,6 +306,16 @@ def test_more_workers_than_partitions_is_refused(
         _render(chart, overrides)
     # the same counts fit once there are enough partitions
     _render(chart, {**overrides, "config": {"kafka": {"partitions": 7}}})
+
+
+def test_keda_without_fair_share_scales_on_the_requests_topic_alone(chart: helm.Chart) -> None:
+    values = _ci_values()
+    values["config"] = {**values.get("config", {}), "scheduling": {"fair": False}}
+    (trigger,) = _one(_render(chart, values), "ScaledObject")["spec"]["triggers"]
+    assert (
+        trigger["metadata"]["topic"]
+        == chart.merge_values(values)["config"]["kafka"]["requests_topic"]
+    )
 
 
 def test_keda_minimum_above_maximum_is_refused(chart: helm.Chart) -> None:
@@ -424,9 +441,12 @@ def test_two_models_are_two_releases_with_a_group_and_topic_each(
     for name, (docs, config) in releases.items():
         # each group reads the topic its model is routed to, and scales on that topic's lag
         assert served_route_problem(config) is None, name
-        (trigger,) = _one(docs, "ScaledObject")["spec"]["triggers"]
+        trigger, *pending = _one(docs, "ScaledObject")["spec"]["triggers"]
         assert trigger["metadata"]["topic"] == config.kafka.requests_topic
         assert trigger["metadata"]["consumerGroup"] == config.kafka.group_id
+        # with fair share, each model's own pending topic and feeder group too
+        expected = [f"{config.kafka.requests_topic}.pending"] if config.scheduling.fair else []
+        assert [p["metadata"]["topic"] for p in pending] == expected
     chat, embed = configs["chat"], configs["embed"]
     assert (chat.engine.task, embed.engine.task) == ("generate", "embed")
     assert chat.engine.model != embed.engine.model

@@ -22,6 +22,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from batcher.fairshare import FairShare
 from worker.config import Config, producer_max_bytes
+from worker.errors import BatchpipeError
 from worker.feeder import state
 from worker.feeder.depth import Depth
 from worker.feeder.index import PendingIndex
@@ -35,7 +36,7 @@ TIMEOUT_S = 30.0
 STEP_MAX = 512
 
 
-class FeederError(RuntimeError):
+class FeederError(BatchpipeError, RuntimeError):
     """The mover cannot go on (a slice could not be read back); build a new one."""
 
 
