@@ -63,6 +63,11 @@ class Feeder:
             except (KafkaException, FeederError) as exc:
                 log.warning("feeder: %s; rejoining in %.0f s", exc, RETRY_S)
                 self._stop.wait(RETRY_S)
+            except Exception:
+                # a bug must not end the fleet's feeding for good: this member leaves the
+                # group (another takes the partition), says why, and joins again
+                log.exception("feeder failed; rejoining in %.0f s", RETRY_S)
+                self._stop.wait(RETRY_S)
 
     def _serve(self) -> None:
         k = self._config.kafka
