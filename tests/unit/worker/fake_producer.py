@@ -8,6 +8,8 @@
   broker (``broker.sent``, what read_committed readers see; ``broker.committed``) at
   ``commit_transaction``; ``abort_transaction`` discards them. Every record produced
   is in ``broker.raw`` too, and every committed transaction in ``broker.transactions``;
+* ``broker.deliveries_held``: ``poll`` serves no delivery report (the broker has not
+  answered yet); ``flush`` waits for them all;
 * a record over ``message.max.bytes`` is refused at ``produce`` (``MSG_SIZE_TOO_LARGE``);
 * faults scripted on the broker (:meth:`FakeBroker.fail`) are raised by the next call of
   that method: an abortable one leaves the transaction refusing everything but
@@ -101,14 +103,19 @@ class FakeProducer:
             self._reports.append(lambda: report(failure, cast(Message, None)))
 
     def poll(self, timeout: float = -1) -> int:
+        if self._broker.deliveries_held:
+            return 0
+        return self._report()
+
+    def flush(self, timeout: float = -1) -> int:
+        self._report()  # waits for every delivery, held or not
+        return 0
+
+    def _report(self) -> int:
         reports, self._reports = self._reports, []
         for report in reports:
             report()
         return len(reports)
-
-    def flush(self, timeout: float = -1) -> int:
-        self.poll()
-        return 0
 
     # -- state -------------------------------------------------------------------------
 

@@ -139,6 +139,8 @@ class FakeBroker:
         self.max_message_bytes = 1_000_000
         #: topics' max.message.bytes, where one is set (the broker does not enforce it)
         self.topic_max: dict[str, int] = {}
+        #: delivery reports wait for a flush (fake_producer.py)
+        self.deliveries_held = False
         #: every record a FakeProducer produced, committed, aborted or not
         self.raw: list[tuple[str, bytes | str | None, bytes | None, Headers]] = []
         #: every committed transaction: transactional.id, records, offsets (topic, partition,

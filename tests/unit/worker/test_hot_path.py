@@ -3,12 +3,18 @@ once per record still counts every record."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from functools import partial
 
+from batcher import OffsetTracker
+from worker.config import KafkaConfig
 from worker.errors import ErrorCode
+from worker.kafka.publisher import AtLeastOncePublisher
 
-from .fakes import GatedEngine
-from .rig import P0, P1, loop_config, rig
+from .fake_producer import FakeProducers
+from .fakes import FakeBroker, FakeConsumer, GatedEngine
+from .rig import P0, P1, TOPIC, loop_config, rig
 
 
 def stage_seconds(registry: object, stage: str) -> float:
@@ -38,3 +44,27 @@ def test_a_poll_of_records_is_decoded_in_one_pass_and_its_time_counted() -> None
             "batchpipe_requests_total", {"model": r.worker.identity.model, "status": "completed"}
         )
         assert completed == 6
+
+
+def test_at_least_once_commits_on_the_interval_what_is_delivered_without_waiting() -> None:
+    broker = FakeBroker(TOPIC, 1)
+    tracker = OffsetTracker()
+    publisher = AtLeastOncePublisher(
+        KafkaConfig(), FakeConsumer(broker), tracker, FakeProducers(broker)
+    )
+    origin = (TOPIC, 0)
+    for offset in range(3):
+        tracker.add(origin, offset)
+        publisher.send("results", "k", b"v", [], origin, partial(tracker.done, origin, offset))
+    broker.deliveries_held = True  # the broker has not answered yet
+    publisher.maybe_commit(time.monotonic() + 60)
+    assert broker.committed == {}  # nothing delivered: nothing committed, and no waiting
+    broker.deliveries_held = False
+    publisher.maybe_commit(time.monotonic() + 120)
+    assert broker.committed == {origin: 3}
+
+    broker.deliveries_held = True
+    tracker.add(origin, 3)
+    publisher.send("results", "k", b"v", [], origin, partial(tracker.done, origin, 3))
+    publisher.revoke([origin])  # a hand-over waits for every delivery
+    assert broker.committed == {origin: 4}
