@@ -156,6 +156,32 @@ def guarantees_block(results: Results) -> str:
     return "\n".join(lines)
 
 
+def overhead_before_after_block(results: Results) -> str:
+    """Loop CPU per request and requests/s per variant: ``overhead_before`` (the code
+    before issue 25, measured back to back) against ``overhead``."""
+    before, after = results.get("overhead_before"), results.get("overhead")
+    if before is None or after is None:
+        name = "overhead_before" if before is None else "overhead"
+        return _absent(name, "python -m bench.overhead")
+    lines = [
+        "| variant | before: loop µs per request (req/s) | after: loop µs per request (req/s) |",
+        "|---|---|---|",
+    ]
+    for row in after["variants"]:
+        name = row["name"]
+        if "cpu_us_per_request" not in row or name == "passthrough":
+            continue
+        cells = []
+        for result in (before, after):
+            figures = variant(result, name)
+            cells.append(
+                f"{figures['cpu_us_per_request']['loop']:.0f} "
+                f"({n(figures['requests_per_s'])} req/s)"
+            )
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Callable[[Results], str]] = {
     "machine": machine_block,
     "readme-figures": readme_figures_block,
@@ -163,6 +189,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "bench-table": bench_table_block,
     "bench-durations": bench_durations_block,
     "guarantees": guarantees_block,
+    "overhead-before-after": overhead_before_after_block,
 }
 
 
