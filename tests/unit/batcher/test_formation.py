@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from batcher import Batch, BatchLimits, DynamicBatcher, Pending, prefix_key_of, select
+from batcher.formation import effective_priority, length_distance
 
 
 def item(
@@ -177,3 +179,67 @@ def test_length_aware_formation_cuts_padding_on_a_mixed_queue() -> None:
     waste_fifo = _padding_waste(fifo, seed=1)
     waste_aware = _padding_waste(aware, seed=1)
     assert waste_aware < waste_fifo / 4, (waste_fifo, waste_aware)
+
+
+def _reference(
+    queue: list[Pending[None]],
+    max_size: int,
+    max_tokens: int,
+    length_aware: bool,
+    shared_prefix: bool,
+    now: float,
+    aging_s: float,
+) -> list[Pending[None]]:
+    """The formation as the module documents it, written plainly: a stable sort of the
+    candidates by (level, differs from the anchor's prefix, length distance)."""
+    anchor, chosen = queue[0], [queue[0]]
+    budget = max_tokens - anchor.tokens
+    share = shared_prefix and anchor.prefix_key is not None
+
+    def rank(i: Pending[None]) -> tuple[int, int, int]:
+        distance = length_distance(anchor, i) if length_aware else 0
+        differs = int(share and i.prefix_key != anchor.prefix_key)
+        return (-effective_priority(i, now, aging_s), differs, distance)
+
+    for candidate in sorted(queue[1:], key=rank):
+        if len(chosen) < max_size and candidate.tokens <= budget:
+            chosen.append(candidate)
+            budget -= candidate.tokens
+    return chosen
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    spec=queues,
+    max_size=st.integers(1, 10),
+    extra_tokens=st.integers(0, 800),
+    length_aware=st.booleans(),
+    shared_prefix=st.booleans(),
+    aging_s=st.sampled_from([math.inf, 0.5, 3.0]),
+)
+def test_the_packed_ranking_selects_as_the_documented_one(
+    spec: list[tuple[int, int, int, bytes | None]],
+    max_size: int,
+    extra_tokens: int,
+    length_aware: bool,
+    shared_prefix: bool,
+    aging_s: float,
+) -> None:
+    queue = [
+        item(f"r{n}", prompt, gen, priority, prefix, arrival=float(n) / 4)
+        for n, (prompt, gen, priority, prefix) in enumerate(spec)
+    ]
+    max_tokens = queue[0].tokens + extra_tokens
+    now = len(queue) / 4
+    assume(length_aware or shared_prefix)  # FIFO has no ranking
+    picked = select(
+        queue,
+        max_size,
+        max_tokens,
+        length_aware=length_aware,
+        shared_prefix=shared_prefix,
+        now=now,
+        aging_s=aging_s,
+    )
+    expected = _reference(queue, max_size, max_tokens, length_aware, shared_prefix, now, aging_s)
+    assert chosen(picked) == chosen(expected)
