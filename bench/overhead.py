@@ -11,7 +11,9 @@ settings (:mod:`worker.kafka.clients`), and writes one record per request to a r
 * ``worker, defaults``: the worker as configured out of the box (``prefetch_count`` 64,
   ``max_batch_size`` 32, adaptive, exactly-once), echo engine without delay; then the
   same at-least-once, with JSON requests, and once under cProfile;
-* ``worker, prefetch 1024``: a deep queue in front of the batcher.
+* ``worker, prefetch 1024`` and ``4096``: a deep queue in front of the batcher;
+* ``worker, 64 partitions``: the requests topic in 64 partitions instead of 3 (exactly-once
+  runs a transactional producer, and a transaction per commit interval, per partition).
 
 The window runs from the first answered record to the last, so group joins are left out.
 CPU time per request is read per thread from ``/proc`` over that window: the loop thread
@@ -291,12 +293,14 @@ class Variant:
     records: Sequence[Record]
     prefetch_count: int = 64
     delivery: Literal["exactly_once", "at_least_once"] = "exactly_once"
+    #: of the requests topic; exactly-once runs one transactional producer per partition
+    partitions: int = 3
 
     def config(self, bootstrap: str) -> Config:
         config = fresh_config(
             bootstrap, max_batch_tokens=4 * 8192, prefetch_count=self.prefetch_count
         )
-        kafka = replace(config.kafka, delivery=self.delivery)
+        kafka = replace(config.kafka, delivery=self.delivery, partitions=self.partitions)
         return replace(config, engine=EngineConfig(kind="echo"), kafka=kafka)
 
 
@@ -367,6 +371,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             _measure(
                 b, replace(default, name="worker, prefetch 1024", prefetch_count=1024), worker_run
             ),
+            _measure(
+                b, replace(default, name="worker, prefetch 4096", prefetch_count=4096), worker_run
+            ),
+            _measure(b, replace(default, name="worker, 64 partitions", partitions=64), worker_run),
         ]
     raw, worker = rows[0], rows[1]
     cpu = worker["cpu_us_per_request"]
@@ -378,6 +386,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "batching": "defaults (prefetch 64, max_batch_size 32, timeout 100 ms, adaptive) "
         "but max_batch_tokens 32768 (echo counts bytes as tokens)",
         "variants": rows,
+        "partitions": default.partitions,
         "ratio_vs_passthrough": {
             r["name"]: round(r["requests_per_s"] / raw["requests_per_s"], 4)
             for r in rows[1:]

@@ -167,9 +167,10 @@ def overhead_before_after_block(results: Results) -> str:
         "| variant | before: loop µs per request (req/s) | after: loop µs per request (req/s) |",
         "|---|---|---|",
     ]
+    measured_before = {v["name"] for v in before["variants"]}
     for row in after["variants"]:
         name = row["name"]
-        if "cpu_us_per_request" not in row or name == "passthrough":
+        if "cpu_us_per_request" not in row or name == "passthrough" or name not in measured_before:
             continue
         cells = []
         for result in (before, after):
