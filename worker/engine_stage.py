@@ -89,9 +89,10 @@ class EngineStage(Stage):
         if running is None:
             return
         timeout_s = self._timeout_s
+        engine_s: list[float] = []
         for event in self._runner.drain():
             if isinstance(event, Finished) and event.run_id == running.run_id:
-                self._metrics.engine_request(event.finished_at - running.dispatched_at)
+                engine_s.append(event.finished_at - running.dispatched_at)
                 self._answer(
                     event.completion,
                     batch_size=running.batch.size,
@@ -100,6 +101,7 @@ class EngineStage(Stage):
                 )
             elif isinstance(event, BatchDone) and event.run_id == running.run_id:
                 self._batch_done(running, event)
+        self._metrics.engine_requests(engine_s)  # one update per bucket for them all
         since = self._runner.running_since()
         if self._running is not None and since is not None and time.monotonic() - since > timeout_s:
             self._engine_hung(self._running, timeout_s)

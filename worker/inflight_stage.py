@@ -104,6 +104,7 @@ class InFlightStage(Stage):
             self._broken("completions", exc)
             return
         now = time.monotonic()
+        engine_s: list[float] = []
         for completion in completions:
             flight = self._flights.pop(completion.key, None)
             if flight is None:
@@ -112,13 +113,14 @@ class InFlightStage(Stage):
                 continue
             self._tokens -= flight.item.tokens
             self._progress_at = now
-            self._metrics.engine_request(now - flight.submitted_at)
+            engine_s.append(now - flight.submitted_at)
             self._answer(
                 completion,
                 batch_size=flight.sequences,
                 dispatched_at=flight.submitted_at,
                 finished_at=now,
             )
+        self._metrics.engine_requests(engine_s)  # one update per bucket for them all
         self._metrics.set_engine_load(len(self._flights), self._tokens)
         if self._flights and now - self._progress_at > self._timeout_s:
             self._abort_all(

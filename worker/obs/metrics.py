@@ -291,9 +291,9 @@ class WorkerMetrics:
         """Requests went into an in-flight engine, after these waits in the batcher."""
         observe_all(self._batch_wait, batch_wait_s)
 
-    def engine_request(self, seconds: float) -> None:
-        """A request finished, ``seconds`` after it was handed to the engine."""
-        self._engine_request.observe(seconds)
+    def engine_requests(self, seconds: Sequence[float]) -> None:
+        """Requests finished, each ``seconds`` after it was handed to the engine."""
+        observe_all(self._engine_request, seconds)
 
     def set_engine_load(self, sequences: int, tokens: int) -> None:
         """What the engine holds now: requests, and their prompt + ``max_tokens``."""

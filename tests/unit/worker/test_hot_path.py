@@ -13,7 +13,7 @@ from worker.errors import ErrorCode
 from worker.kafka.publisher import AtLeastOncePublisher
 
 from .fake_producer import FakeProducers
-from .fakes import FakeBroker, FakeConsumer, GatedEngine
+from .fakes import FakeBroker, FakeConsumer, GatedEngine, GatedInFlightEngine
 from .rig import P0, P1, TOPIC, loop_config, rig
 
 
@@ -44,6 +44,11 @@ def test_a_poll_of_records_is_decoded_in_one_pass_and_its_time_counted() -> None
             "batchpipe_requests_total", {"model": r.worker.identity.model, "status": "completed"}
         )
         assert completed == 6
+        # the engine times of a drain are observed together, each of them counted
+        engine = registry.get_sample_value("batchpipe_engine_request_seconds_count")
+        assert engine == 6
+        waits = registry.get_sample_value("batchpipe_batch_wait_seconds_count")
+        assert waits == 6
 
 
 def test_at_least_once_commits_on_the_interval_what_is_delivered_without_waiting() -> None:
@@ -68,3 +73,15 @@ def test_at_least_once_commits_on_the_interval_what_is_delivered_without_waiting
     publisher.send("results", "k", b"v", [], origin, partial(tracker.done, origin, 3))
     publisher.revoke([origin])  # a hand-over waits for every delivery
     assert broker.committed == {origin: 4}
+
+
+def test_an_in_flight_engine_s_completions_are_each_observed() -> None:
+    with rig(loop_config(), GatedInFlightEngine(gated=False)) as r:
+        for i in range(5):
+            r.broker.submit(i % 2, f"r{i}", f"hello {i}")
+        r.consumer.rebalance("assign", [P0, P1])
+        ids = {f"r{i}" for i in range(5)}
+        r.step_until(lambda: r.settled(ids), "every record answered and committed")
+        registry = r.worker.metrics.registry
+        assert registry.get_sample_value("batchpipe_engine_request_seconds_count") == 5
+        assert registry.get_sample_value("batchpipe_batch_wait_seconds_count") == 5
