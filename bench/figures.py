@@ -369,7 +369,19 @@ def gpu_headline(r: Result) -> str:
                 parts.append(f"hf {'pinned' if pinned else 'pageable'} {rates} tok/s at {sizes}")
         staging = hf["staging_64x2048_ms"]
         pinned, pageable = staging["pinned"], staging["pageable"]
-        parts.append(f"staging 64 × 2048 ids {pinned} ms pinned, {pageable} ms pageable")
+        parts.append(f"staging 64 × 2048 ids {pinned:.2f} ms pinned, {pageable:.2f} ms pageable")
+    pipeline = r.get("pipeline", {})
+    if "runs" in pipeline:
+        fed = "; ".join(
+            f"{run['name']}: {n(run['requests_per_s'])} req/s, engine busy "
+            f"{run['engine_busy']:.0%}, mean batch {run['mean_batch_size']}"
+            for run in pipeline["runs"]
+        )
+        parts.append(
+            f"the whole worker feeding hf ({pipeline['new_tokens']} new tokens per request): {fed}"
+        )
+    elif pipeline:
+        parts.append(f"pipeline: {pipeline.get('skipped') or pipeline.get('error', 'not run')}")
     for name in ("hf", "trtllm", "vllm"):
         section = r.get(name, {})
         if "tokens_per_s" in section:

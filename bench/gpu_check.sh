@@ -6,7 +6,7 @@
 # load_format="dummy" if tensorrt_llm is importable, vLLM if vllm is importable — which
 # writes bench/results/gpu_check.json. Needs a Python whose torch has CUDA, plus
 # transformers and tokenizers; nothing is downloaded. PYTHON=... picks the interpreter.
-# Not run yet: no NVIDIA GPU was available to this project (docs/deploy.md).
+# Ran once, on an H200 without vLLM or TensorRT-LLM (bench/README.md says how).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
