@@ -120,6 +120,7 @@ class Worker:
         self._engine_stage: Stage | None = None
         self._stops: Cancellations | None = None
         self._feeder: Feeder | None = None  # scheduling.fair: this worker's feeder role
+        self._read_to: dict[Partition, int] = {}  # the consumer's positions, as read
 
     @property
     def engine_stage(self) -> Stage:
@@ -173,7 +174,9 @@ class Worker:
         self.clients.ensure_topics([k.requests_topic, k.results_topic, k.dead_letter_topic])
         self._stops = Cancellations(self.clients.control())
         self._consumer = self.clients.consumer()
-        self._lag = LagProbe(self._consumer, self.clients.offsets(), self.metrics, self._unanswered)
+        self._lag = LagProbe(
+            self.clients.offsets(), self.metrics, self._unanswered, self._read_to.copy
+        )
         self._publisher = self.clients.publisher(
             self._consumer, self.ledger.tracker, self.metrics.transaction
         )
@@ -287,10 +290,11 @@ class Worker:
             wake = self.batcher.wake_at()
             timeout = 0.1 if wake is None else min(0.1, max(0.0, wake - time.monotonic()))
         if room > 0:
-            records += _checked(self._consumer.consume(num_messages=room, timeout=timeout))
+            consumed = self._consumer.consume(num_messages=room, timeout=timeout)
+            records += _checked(consumed, self._read_to)
         elif self._paused:
             polled = self._consumer.poll(timeout)
-            self._held.hold(_checked([] if polled is None else [polled]))
+            self._held.hold(_checked([] if polled is None else [polled], self._read_to))
         elif not records:
             time.sleep(min(timeout, 0.002))  # full for a moment: let the engine free room
         return records
@@ -414,6 +418,7 @@ class Worker:
         assert self._publisher is not None
         assigned = [(tp.topic, tp.partition) for tp in partitions]
         self._publisher.assign(assigned)
+        self.lag.gained(assigned)
         try:
             # a partition the group never committed starts at FROM_START, not where the
             # broker says its earliest offset is (see FROM_START: a broker can say wrong)
@@ -434,6 +439,7 @@ class Worker:
             self._publisher.revoke(revoked)  # hand over what is answered
         except TransactionAborted:
             log.warning("commit on revoke aborted; the new owner answers those requests again")
+        self.lag.released(revoked)
         self._drop(revoked)
 
     def _on_lost(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
@@ -442,6 +448,7 @@ class Worker:
         assert self._publisher is not None
         lost = [(tp.topic, tp.partition) for tp in partitions]
         self._publisher.lost(lost)
+        self.lag.released(lost)
         self._drop(lost)
 
     def _drop(self, partitions: Sequence[Partition]) -> None:
@@ -454,6 +461,8 @@ class Worker:
         self.ledger.forget(partitions)
         self._held.release(partitions)
         self.outbox.forget(partitions)
+        for partition in partitions:  # read again from the committed offset, or not here
+            self._read_to.pop(partition, None)
 
     def _unanswered(self, partition: Partition) -> int:
         """Records of ``partition`` read and not answered yet: in flight or held."""
@@ -476,13 +485,18 @@ class Worker:
         self.metrics.set_paused(len(assignment) if pause else 0)
 
 
-def _checked(messages: Sequence[Record]) -> list[Record]:
-    """The records among ``messages``; a fatal consumer error raises, others are logged."""
+def _checked(messages: Sequence[Record], read_to: dict[Partition, int]) -> list[Record]:
+    """The records among ``messages``; a fatal consumer error raises, others are logged.
+
+    ``read_to`` notes, per partition, the offset after the last record read: the
+    consumer's position, which the lag probe may not ask the consumer for
+    (:mod:`worker.obs.lag`)."""
     good = []
     for m in messages:
         error = m.error()
         if error is None:
             good.append(m)
+            read_to[(m.topic(), m.partition())] = m.offset() + 1  # type: ignore[index,operator]
         elif error.code() != KafkaError._PARTITION_EOF:
             if error.fatal():
                 raise FatalKafkaError(f"consumer: {error}")

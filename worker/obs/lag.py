@@ -6,17 +6,21 @@ and a sum that skips unknown partitions reads 0 with a backlog waiting. So the w
 measures lag itself, every :data:`INTERVAL_S` and as soon as its assignment changes, on a
 thread of its own (:meth:`LagProbe.start`): each query is a broker round trip (on the
 embedded broker, up to a second for one partition), and measured from the worker loop it
-held requests back for seconds while the engine idled (issue 29). librdkafka's consumer
-handle is thread-safe for these queries; the loop's own state is read only through
-``unanswered``, which must be safe to call from another thread.
+held requests back for seconds while the engine idled (issue 29). From that thread it
+calls only what librdkafka answers locally (the consumer's positions) or through a client
+of its own (end and committed offsets). It never calls the worker's consumer: from another
+thread ``assignment()`` and ``position()`` waited for the loop's ``consume`` and stalled
+for seconds (measured: 7 s), so the loop tells the probe its assignment on every rebalance
+(:meth:`LagProbe.gained`, :meth:`LagProbe.released`) and where it has read to
+(``read_to``); those and ``unanswered`` must be safe to call from another thread.
 
     lag = end offset − the consumer's position + records read but not answered yet
 
-``end offset`` is the largest of the broker's answer to ListOffsets, the high watermark of
-the last fetch, and the position (each is a lower bound of the true end; ListOffsets is
-exact on Apache Kafka). The position is the next record to read, past transaction markers;
-a partition nothing was read from since its assignment starts at its committed offset, or
-at its low watermark when the group has committed none (``auto.offset.reset: earliest``).
+``end offset`` is the larger of the broker's answer to ListOffsets and the position (each
+is a lower bound of the true end; ListOffsets is exact on Apache Kafka). The position is
+the offset after the last record the loop read; a partition nothing was read from since
+its assignment starts at its committed offset, or at its low watermark when the group has
+committed none.
 A partition whose end or start cannot be read is *unknown* — counted in
 ``batchpipe_consumer_lag_unknown_partitions``, never reported as 0.
 """
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from confluent_kafka import KafkaException, TopicPartition
 
@@ -45,29 +49,40 @@ QUERY_TIMEOUT_S = 1.0
 
 #: records of a partition read but not answered yet (in flight or held)
 Unanswered = Callable[[Partition], int]
+#: per partition read from since its assignment: the offset after the last record read
+ReadTo = Callable[[], Mapping[Partition, int]]
 
 
 class LagProbe:
-    """Measures the lag of ``consumer``'s assignment into ``metrics``.
+    """Measures the lag of the worker's assignment into ``metrics``.
 
     ``queries`` answers the broker queries (end and committed offsets): a client of its
-    own, never the worker's ``consumer``, whose position and assignment are read locally.
+    own, never the worker's consumer.
     """
 
     def __init__(
         self,
-        consumer: KafkaConsumer,
         queries: KafkaConsumer,
         metrics: WorkerMetrics,
         unanswered: Unanswered,
+        read_to: ReadTo,
     ) -> None:
-        self._consumer = consumer
         self._queries = queries
+        self._read_to = read_to
         self._metrics = metrics
         self._unanswered = unanswered
         self._measured: frozenset[Partition] = frozenset()
+        self._assignment: frozenset[Partition] = frozenset()  # replaced whole, never changed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def gained(self, partitions: Iterable[Partition]) -> None:
+        """Partitions assigned to the consumer (the loop calls this from its rebalances)."""
+        self._assignment = self._assignment | frozenset(partitions)
+
+    def released(self, partitions: Iterable[Partition]) -> None:
+        """Partitions revoked or lost."""
+        self._assignment = self._assignment - frozenset(partitions)
 
     def start(self) -> None:
         """Measure on a daemon thread until :meth:`stop`."""
@@ -79,14 +94,12 @@ class LagProbe:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(INTERVAL_S + 2 * QUERY_TIMEOUT_S)
-            if self._queries is not self._consumer:
-                self._queries.close()
+            self._queries.close()
 
     def _run(self) -> None:
         waited = INTERVAL_S  # measure at once
         while not self._stop.is_set():
-            assignment = frozenset(_pairs(self._consumer.assignment()))
-            if waited >= INTERVAL_S or assignment != self._measured:
+            if waited >= INTERVAL_S or self._assignment != self._measured:
                 try:
                     self.measure()
                 except (KafkaException, RuntimeError) as exc:  # closed under it, or down
@@ -97,10 +110,9 @@ class LagProbe:
 
     def measure(self) -> Mapping[Partition, int | None]:
         """Lag per assigned partition (None: unknown), published to the metrics."""
-        assignment = self._consumer.assignment()
-        positions = {
-            (tp.topic, tp.partition): tp.offset for tp in self._consumer.position(assignment)
-        }
+        assignment = [TopicPartition(t, p) for t, p in sorted(self._assignment)]
+        read_to = self._read_to()
+        positions = {at: read_to.get(at, -1) for at in _pairs(assignment)}
         unread = [tp for tp in assignment if positions[(tp.topic, tp.partition)] < 0]
         starts = self._committed(unread) if unread else {}
         lags: dict[Partition, int | None] = {}
@@ -120,11 +132,10 @@ class LagProbe:
             low, high = self._queries.get_watermark_offsets(
                 tp, timeout=QUERY_TIMEOUT_S, cached=False
             )
-            _, fetched = self._consumer.get_watermark_offsets(tp, cached=True)
         except KafkaException as exc:
             log.debug("end offset of %s[%d] unknown: %s", tp.topic, tp.partition, exc)
             return None
-        return low, max(high, fetched)
+        return low, high
 
     def _lag(
         self, at: Partition, ends: tuple[int, int], position: int, committed: int | None
