@@ -150,6 +150,10 @@ class ApiConfig:
     # a file without expires_after (an upload) or output_expires_after (a batch's output)
     # expires this long after it was created; 0 keeps files until they are deleted
     file_expires_after_s: int = 30 * 24 * 3600
+    # fair share (scheduling.fair): a key's owner -> the weight of its batches; an owner
+    # not named here weighs scheduling.weight. A batch's metadata "batchpipe_weight" may
+    # lower it, never raise it (docs/api.md "Fair share")
+    key_weights: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

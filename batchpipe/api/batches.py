@@ -34,6 +34,7 @@ from batchpipe.api.guard import require_json
 from batchpipe.api.pages import page
 from batchpipe.api.records import ENDPOINTS, BatchRecord, Counts
 from batchpipe.api.retention import expired, expires_after
+from batchpipe.api.weights import WEIGHT_METADATA, batch_weight
 from batchpipe.collect import new_batch_id
 from worker.routing import UnroutedModelError
 
@@ -89,6 +90,10 @@ def _new_batch(svc: Services, body: Mapping[str, Any], who: str) -> BatchRecord:
             f"completion_window: {window!r}; only '24h' is supported", "completion_window"
         )
     metadata = _metadata(body.get("metadata"))
+    try:
+        batch_weight(svc.config, who, metadata)
+    except ValueError as exc:
+        raise bad_request(str(exc), f"metadata.{WEIGHT_METADATA}") from exc
     file_id = body.get("input_file_id")
     if not isinstance(file_id, str) or not file_id:
         raise bad_request("input_file_id: required, a file id (a string)", "input_file_id")

@@ -47,6 +47,7 @@ from batchpipe.api.records import ENDPOINTS, BatchRecord, Counts, Usage
 from batchpipe.api.retention import Retention
 from batchpipe.api.state import KafkaUnavailable, StaleRecord, StateTopic
 from batchpipe.api.store import FileStore
+from batchpipe.api.weights import published_weight
 from batchpipe.batchfile import FileLimits, iter_file
 from batchpipe.client import Client
 from worker.cancellations import Stop, announce
@@ -183,7 +184,11 @@ class Lifecycle:
                 return
             try:
                 Client(self._config, limits=self._limits).publish_file(
-                    path, batch.counts.total, batch.id, (batch.model,)
+                    path,
+                    batch.counts.total,
+                    batch.id,
+                    (batch.model,),
+                    weight=published_weight(self._config, batch.owner, batch.metadata),
                 )
             except UnroutedModelError as exc:
                 error = {"code": str(exc.code), "message": str(exc), "param": "model", "line": None}
