@@ -154,6 +154,9 @@ class ApiConfig:
     # not named here weighs scheduling.weight. A batch's metadata "batchpipe_weight" may
     # lower it, never raise it (docs/api.md "Fair share")
     key_weights: Mapping[str, float] = field(default_factory=dict)
+    # the highest request priority a key's batch may carry: a worker's window holds every
+    # key's requests, so a higher one would jump other keys' work (docs/api.md)
+    max_priority: int = 0
 
 
 @dataclass(frozen=True)

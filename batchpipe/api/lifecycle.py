@@ -37,27 +37,27 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 
 from confluent_kafka import KafkaException
 
 from batchpipe.api import retention
 from batchpipe.api.assemble import assemble
 from batchpipe.api.follow import ResultsFollower
-from batchpipe.api.records import ENDPOINTS, BatchRecord, Counts, Usage
+from batchpipe.api.linecheck import line_problems
+from batchpipe.api.records import BatchRecord, Counts, Usage
 from batchpipe.api.retention import Retention
 from batchpipe.api.state import KafkaUnavailable, StaleRecord, StateTopic
 from batchpipe.api.store import FileStore
 from batchpipe.api.weights import published_weight
-from batchpipe.batchfile import FileLimits, iter_file
+from batchpipe.batchfile import FileLimits
 from batchpipe.client import Client
 from worker.cancellations import Stop, announce
 from worker.config import Config
-from worker.errors import ErrorCode
 from worker.routing import UnroutedModelError
 
 log = logging.getLogger("batchpipe.api")
 
-_MAX_ERRORS = 100  # lines named in a failed batch's errors.data
 _ANNOUNCE_TIMEOUT_S = 5.0  # a cancel's stop record; the loop retries it
 
 
@@ -178,7 +178,7 @@ class Lifecycle:
         if batch is None or batch.status != "validating":
             return
         with self._store.local_copy(batch.input_file_id) as path:
-            errors = self._wrong_endpoint(path, batch.endpoint)
+            errors = self._line_problems(path, batch.endpoint)
             if errors:
                 self._transition(batch_id, "validating", status="failed", errors=tuple(errors))
                 return
@@ -196,21 +196,8 @@ class Lifecycle:
                 return
         self._transition(batch_id, "validating", status="in_progress")
 
-    def _wrong_endpoint(self, path: object, endpoint: str) -> list[dict[str, object]]:
-        kind = ENDPOINTS[endpoint]
-        errors: list[dict[str, object]] = []
-        for line, req in enumerate(iter_file(path, self._limits), start=1):  # type: ignore[arg-type]
-            if req.endpoint != kind and len(errors) < _MAX_ERRORS:
-                errors.append(
-                    {
-                        "code": str(int(ErrorCode.INVALID_PARAMETER)),
-                        "message": f"the line addresses another endpoint than the batch's "
-                        f"{endpoint}",
-                        "param": "url",
-                        "line": line,
-                    }
-                )
-        return errors
+    def _line_problems(self, path: Path, endpoint: str) -> list[dict[str, object]]:
+        return line_problems(path, endpoint, self._limits, self._config.api.max_priority)
 
     def _transition(self, batch_id: str, expected: str, **changes: object) -> BatchRecord | None:
         """Write ``changes`` (and the ``<status>_at`` time) if the batch is still ``expected``."""

@@ -70,7 +70,7 @@ def test_the_lifecycle_publishes_with_the_batch_weight(
 
     monkeypatch.setattr(Client, "publish_file", publish_file)
     # the stored files hold "{}": the endpoint check is not what this test is about
-    monkeypatch.setattr(Lifecycle, "_wrong_endpoint", lambda self, path, endpoint: [])
+    monkeypatch.setattr(Lifecycle, "_line_problems", lambda self, path, endpoint: [])
     with client(svc):
         plain = stored_batch(svc, stored_file(svc), status="validating")
         light = stored_batch(
