@@ -157,6 +157,10 @@ class ApiConfig:
     # the highest request priority a key's batch may carry: a worker's window holds every
     # key's requests, so a higher one would jump other keys' work (docs/api.md)
     max_priority: int = 0
+    # a key's owner (or "*" for every key not named) -> the most estimated tokens
+    # (prompt + max_tokens) its unfinished batches may hold; empty: no limit
+    # (batchpipe/api/quota.py)
+    max_enqueued_tokens: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -32,6 +33,7 @@ from batchpipe.api.context import Services, owner, services
 from batchpipe.api.errors import ApiError, bad_request, not_found
 from batchpipe.api.guard import require_json
 from batchpipe.api.pages import page
+from batchpipe.api.quota import enqueued, file_tokens, over_limit, token_limit
 from batchpipe.api.records import ENDPOINTS, BatchRecord, Counts
 from batchpipe.api.retention import expired, expires_after
 from batchpipe.api.weights import WEIGHT_METADATA, batch_weight
@@ -99,7 +101,8 @@ def _new_batch(svc: Services, body: Mapping[str, Any], who: str) -> BatchRecord:
         raise bad_request("input_file_id: required, a file id (a string)", "input_file_id")
     with svc.state.guard(file_id):
         batch = _batch_of(svc, file_id, who, endpoint, window, metadata, output_expires_after)
-    svc.lifecycle.created(batch)
+    if not batch.terminal:
+        svc.lifecycle.created(batch)
     return batch
 
 
@@ -125,6 +128,7 @@ def _batch_of(
     except UnroutedModelError as exc:
         raise bad_request(str(exc), "input_file_id", "model_not_found") from exc
     created = time.time()
+    tokens, refusal = _token_check(svc, file_id, who)
     batch = BatchRecord(
         id=new_batch_id(created),
         owner=who,
@@ -137,8 +141,25 @@ def _batch_of(
         model=file.model,
         output_expires_after=output_expires_after,
         counts=Counts(total=file.lines),
+        tokens=tokens,
     )
+    if refusal is not None:  # recorded as failed, never published
+        batch = replace(batch, status="failed", failed_at=int(created), errors=(refusal,))
     return svc.state.put_batch(batch)
+
+
+def _token_check(svc: Services, file_id: str, who: str) -> tuple[int, dict[str, object] | None]:
+    """The batch's estimated tokens when its key has an enqueued-token limit (0
+    otherwise), and the error that refuses it when it would pass that limit."""
+    limit = token_limit(svc.config, who)
+    if limit is None:
+        return 0, None
+    with svc.store.local_copy(file_id) as path:
+        tokens = file_tokens(path, svc.limits, svc.config.generation.max_tokens)
+    queued = enqueued(svc.state.batches(), who, lambda b: svc.lifecycle.progress(b)[0])
+    if queued + tokens > limit:
+        return tokens, over_limit(limit, queued, tokens)
+    return tokens, None
 
 
 @router.post("/v1/batches")

@@ -245,7 +245,9 @@ def client(svc: Services) -> Iterator[TestClient]:
         yield test_client
 
 
-def stored_file(svc: Services, owner: str = "alice", lines: int = 2) -> FileRecord:
+def stored_file(
+    svc: Services, owner: str = "alice", lines: int = 2, content: bytes = b"{}\n"
+) -> FileRecord:
     """An uploaded file's record and bytes, written as an upload would leave them."""
     record = FileRecord(
         id=new_file_id(),
@@ -259,7 +261,7 @@ def stored_file(svc: Services, owner: str = "alice", lines: int = 2) -> FileReco
         model="echo",
     )
     with svc.store.staging() as path:
-        path.write_text("{}\n")
+        path.write_bytes(content)
         svc.store.put(record.id, path)
     svc.state.put_file(record)
     return record
