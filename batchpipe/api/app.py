@@ -29,11 +29,12 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from batchpipe.api import batches, files
-from batchpipe.api.auth import Keys
+from batchpipe.api.auth import LOCAL_OWNER, Keys
 from batchpipe.api.console import console_router
 from batchpipe.api.context import Services, file_limits
 from batchpipe.api.errors import ApiError, unavailable
 from batchpipe.api.guard import Guard, body_limit
+from batchpipe.api.keymetrics import key_exposition
 from batchpipe.api.lifecycle import Lifecycle
 from batchpipe.api.metrics import ApiMetrics
 from batchpipe.api.state import KafkaUnavailable, StaleRecord, StateTopic
@@ -175,7 +176,10 @@ def create_app(
     @app.get("/metrics")
     def metrics(request: Request) -> Response:
         svc: Services = request.app.state.services
-        return Response(svc.metrics.exposition(), media_type="text/plain; version=0.0.4")
+        owners = [LOCAL_OWNER] if svc.keys.open else svc.keys.by_key.values()
+        per_key = key_exposition(owners, svc.state.batches(), svc.lifecycle.progress)
+        body = svc.metrics.exposition() + per_key
+        return Response(body, media_type="text/plain; version=0.0.4")
 
     return app
 

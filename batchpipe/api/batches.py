@@ -149,13 +149,13 @@ def _batch_of(
 
 
 def _token_check(svc: Services, file_id: str, who: str) -> tuple[int, dict[str, object] | None]:
-    """The batch's estimated tokens when its key has an enqueued-token limit (0
-    otherwise), and the error that refuses it when it would pass that limit."""
-    limit = token_limit(svc.config, who)
-    if limit is None:
-        return 0, None
+    """The batch's estimated tokens (for its key's limit and the per-key series of
+    /metrics), and the error that refuses it when it would pass its key's limit."""
     with svc.store.local_copy(file_id) as path:
         tokens = file_tokens(path, svc.limits, svc.config.generation.max_tokens)
+    limit = token_limit(svc.config, who)
+    if limit is None:
+        return tokens, None
     queued = enqueued(svc.state.batches(), who, lambda b: svc.lifecycle.progress(b)[0])
     if queued + tokens > limit:
         return tokens, over_limit(limit, queued, tokens)

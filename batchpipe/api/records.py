@@ -130,8 +130,8 @@ class BatchRecord:
     model: str = ""
     # seconds its output and error files live after they are written (None: the default)
     output_expires_after: int | None = None
-    # estimated tokens of its requests (prompt + max_tokens), recorded at create when the
-    # key has an enqueued-token limit (batchpipe.api.quota); 0 otherwise
+    # estimated tokens of its requests (prompt + max_tokens), recorded at create
+    # (batchpipe.api.quota); 0 for a batch created before it was
     tokens: int = 0
     version: int = 0
     counts: Counts = Counts()

@@ -246,9 +246,10 @@ def client(svc: Services) -> Iterator[TestClient]:
 
 
 def stored_file(
-    svc: Services, owner: str = "alice", lines: int = 2, content: bytes = b"{}\n"
+    svc: Services, owner: str = "alice", lines: int = 2, content: bytes | None = None
 ) -> FileRecord:
-    """An uploaded file's record and bytes, written as an upload would leave them."""
+    """An uploaded file's record and bytes (``lines`` × :data:`LINE` unless given),
+    written as an upload would leave them."""
     record = FileRecord(
         id=new_file_id(),
         owner=owner,
@@ -261,7 +262,7 @@ def stored_file(
         model="echo",
     )
     with svc.store.staging() as path:
-        path.write_bytes(content)
+        path.write_bytes(LINE * lines if content is None else content)
         svc.store.put(record.id, path)
     svc.state.put_file(record)
     return record

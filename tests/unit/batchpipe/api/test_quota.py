@@ -12,7 +12,7 @@ import pytest
 
 from batchpipe.api.quota import LIMIT_CODE, request_tokens
 from batchpipe.api.records import FileRecord
-from tests.unit.batchpipe.api.fakes import ALICE, LINE, client, services, stored_file, unit_config
+from tests.unit.batchpipe.api.fakes import ALICE, client, services, stored_file, unit_config
 from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
 
 BOB = {"Authorization": "Bearer sk-bob"}
@@ -21,7 +21,7 @@ _PER_LINE = 257
 
 
 def _upload(svc: Any, owner: str, lines: int) -> FileRecord:
-    return stored_file(svc, owner, lines, content=LINE * lines)
+    return stored_file(svc, owner, lines)
 
 
 def test_the_estimate_is_prompt_characters_over_4_plus_max_tokens() -> None:

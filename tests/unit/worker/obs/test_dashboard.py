@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from batchpipe.api.keymetrics import key_exposition
 from tests import ROOT
 from worker.obs.metrics import WorkerMetrics
 
@@ -29,8 +30,10 @@ def queried_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
 def exposed_series_names() -> set[str]:
     """Names a PromQL query can select: counters with _total, histograms by their parts."""
     metrics = WorkerMetrics(model="m", engine="echo", version="0", prefetch_limit=1)
+    # the API server's per-key series (batchpipe serve) are on the dashboard too
+    text = metrics.render() + key_exposition(["alice"], [], lambda b: (b.counts, b.usage))
     names = set()
-    for family in text_string_to_metric_families(metrics.render().decode()):
+    for family in text_string_to_metric_families(text.decode()):
         names |= {family.name + suffix for suffix in SUFFIXES.get(family.type, ())}
     return names
 
