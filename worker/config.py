@@ -171,7 +171,7 @@ class SchedulingConfig:
     # fleet moves them into the requests topic by weighted fair share; off: straight in
     fair: bool = False
     weight: float = 1.0  # a batch's weight unless its publisher gives one
-    quantum: int = 16  # requests a batch of weight 1 is fed per turn
+    quantum: int = 64  # requests a batch of weight 1 is fed per turn
     # the requests topic holds at most max(min_depth, answered/s × depth_s) unanswered
     # records that the feeder fed (what workers hold and answered-but-uncommitted records
     # count too, so depth_s well above commit_interval_ms keeps them busy); min_depth 0:

@@ -152,25 +152,26 @@ def test_weights_three_to_one_share_the_answers_three_to_one(kafka_config: Confi
     try:
         with running_worker(config):
             warm_up(client, watcher)
-            client.submit(lines("heavy", 4_000), weight=3.0)
-            client.submit(lines("light", 4_000), weight=1.0)
+            client.submit(lines("heavy", 6_000), weight=3.0)
+            client.submit(lines("light", 6_000), weight=1.0)
             # a window while both are active: from the light one's first answers (the heavy
-            # one ran alone while the light one was being published) to 1,600 answers later
+            # one ran alone while the light one was being published) to 3,200 answers later,
+            # a dozen turns of both (a turn is scheduling.quantum × weight requests)
             watcher.wait_until(lambda: answered(watcher, "light") >= 50, 240, "both running")
             heavy0, light0 = answered(watcher, "heavy"), answered(watcher, "light")
             watcher.wait_until(
                 lambda: (
                     answered(watcher, "heavy") + answered(watcher, "light")
-                    >= heavy0 + light0 + 1_600
+                    >= heavy0 + light0 + 3_200
                 ),
                 240,
-                "a window of 1,600 answers",
+                "a window of 3,200 answers",
             )
             heavy = answered(watcher, "heavy") - heavy0
             light = answered(watcher, "light") - light0
             assert 3.0 * 0.85 <= heavy / light <= 3.0 * 1.15, f"heavy {heavy}, light {light}"
-            watcher.wait_until(lambda: len(watcher.ids) == 8_001, 240, "both batches")
-            exactly_once(watcher, 8_001)
+            watcher.wait_until(lambda: len(watcher.ids) == 12_001, 240, "both batches")
+            exactly_once(watcher, 12_001)
     finally:
         watcher.close()
 
