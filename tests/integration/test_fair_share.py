@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from batchpipe.client import Client
+from bench.fairness import lines
 from tests.integration.fleet import Member, fleet
 from tests.integration.harness import ResultWatcher, running_worker, write_config
 from worker.config import Config
@@ -40,18 +41,6 @@ def fair(config: Config, token_s: float) -> Config:
         generation=replace(config.generation, max_tokens=4),
         scheduling=replace(config.scheduling, fair=True),
     )
-
-
-def lines(prefix: str, n: int) -> list[dict[str, object]]:
-    return [
-        {
-            "custom_id": f"{prefix}{i}",
-            "method": "POST",
-            "url": "/v1/chat/completions",
-            "body": {"model": "echo", "messages": [{"role": "user", "content": f"{prefix} {i}"}]},
-        }
-        for i in range(n)
-    ]
 
 
 def answered(watcher: ResultWatcher, prefix: str) -> int:
