@@ -1,19 +1,26 @@
-"""Weighted fair share between active batches: which batch is fed next, and how much.
+"""Weighted fair share: keys first, then a key's batches, charged in estimated tokens.
 
-Virtual-time fair queueing (start-time fair queueing over whole slices): each batch has a
-``finish`` tag, its served requests divided by its weight, counted from the virtual time at
-which it became active. The batch with the lowest tag is served next, a slice at a time.
-Over any window in which a set of batches stays active, each receives requests in
-proportion to its weight, within one slice (``quantum × weight``) of its exact share.
+Two-level virtual-time fair queueing (start-time fair queueing over whole slices). Each
+active *key* has a ``tag``: the tokens it was served divided by its weight, counted from
+the virtual time at which it became active; within a key, each batch has one likewise.
+The key with the lowest tag is served, and within it the batch with the lowest tag, a
+slice at a time; a slice is charged its requests × the batch's estimated tokens a request.
+Over any window in which a set of keys stays active, each receives tokens in proportion to
+its weight, within one slice of its exact share — however many batches it splits its work
+into.
 
 Invariants:
 
-* a batch that becomes active starts at the current virtual time (the lowest tag of the
-  batches already active), never below it: having been idle earns it no burst that would
-  starve the others, and having arrived late costs it nothing;
+* a key or batch that becomes active starts at the current virtual time (its level's
+  lowest tag), never below it: having been idle earns it no burst that would starve the
+  others, and having arrived late costs it nothing;
+* a key weighs what its heaviest active batch weighs (a batch may lower its own weight,
+  never raise its key's: the publisher caps it at the key's);
+* the weight floor: a slice is ``quantum × weight ÷ the smallest active weight``
+  requests, so the lightest batch gets ``quantum`` a turn whatever the weights' scale;
 * :meth:`FairShare.next` never hands out more than a batch has waiting;
-* cost per call is O(log n) in the active batches (a heap with lazy deletion), and what is
-  kept per batch is a few numbers, so 10,000 active batches cost kilobytes.
+* cost per call is O(log n) in the active keys and batches (heaps with lazy deletion),
+  and what is kept per batch is a few numbers, so 10,000 active batches cost kilobytes.
 
 Pure logic: no I/O and no clock (:mod:`worker.feeder` does the moving).
 """
@@ -22,52 +29,83 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 
 @dataclass
-class _Share:
+class _Tagged:
     weight: float
-    waiting: int
     tag: float  # virtual finish time of what it was served so far
     version: int  # the one heap entry that is current; older ones are stale
 
 
+@dataclass
+class _Batch(_Tagged):
+    key: str = ""
+    waiting: int = 0
+    tokens: float = 1.0  # estimated tokens a request
+
+
+@dataclass
+class _Key(_Tagged):
+    now: float = 0.0  # virtual time among its batches: the tag of the one served last
+    batches: dict[str, _Batch] = field(default_factory=dict)
+    heap: list[tuple[float, int, str]] = field(default_factory=list)
+
+
 class FairShare:
-    """Active batches by id, each with a weight and a count of requests waiting."""
+    """Active batches by id, each with a key, a weight and a count of requests waiting."""
 
     def __init__(self, quantum: int) -> None:
         if quantum < 1:
             raise ValueError(f"quantum must be at least 1, got {quantum}")
         self.quantum = quantum
-        self._shares: dict[str, _Share] = {}
-        self._heap: list[tuple[float, int, str]] = []  # (tag, version, batch id)
-        self._now = 0.0  # virtual time: the tag of the batch served last
-        self._versions = itertools.count()  # unique across batches, re-added ones included
+        self._batches: dict[str, _Batch] = {}
+        self._keys: dict[str, _Key] = {}
+        self._heap: list[tuple[float, int, str]] = []  # (tag, version, key)
+        self._now = 0.0  # virtual time among keys: the tag of the key served last
+        self._versions = itertools.count()  # unique, re-added keys and batches included
+        self._weights: Counter[float] = Counter()  # active batches' weights
 
     def __len__(self) -> int:
         """How many batches have requests waiting."""
-        return len(self._shares)
+        return len(self._batches)
 
     def __contains__(self, batch_id: object) -> bool:
-        return batch_id in self._shares
+        return batch_id in self._batches
 
-    def add(self, batch_id: str, count: int, weight: float = 1.0) -> None:
-        """``count`` more requests of ``batch_id`` wait (the first makes it active)."""
+    def add(
+        self, batch_id: str, count: int, weight: float = 1.0, key: str = "", tokens: float = 1.0
+    ) -> None:
+        """``count`` more requests of ``batch_id`` wait (the first makes it active), each
+        of about ``tokens`` tokens; a batch keeps the key and weight it was first added
+        with."""
         if count < 1:
             return
         if not weight > 0:
             raise ValueError(f"weight of {batch_id!r} must be positive, got {weight}")
-        share = self._shares.get(batch_id)
-        if share is None:
-            share = self._shares[batch_id] = _Share(weight, 0, self._now, next(self._versions))
-            self._push(batch_id, share)
-        share.waiting += count
+        batch = self._batches.get(batch_id)
+        if batch is None:
+            owner = self._keys.get(key)
+            if owner is None:
+                owner = self._keys[key] = _Key(weight, self._now, next(self._versions))
+                self._push_key(key, owner)
+            batch = _Batch(weight, owner.now, next(self._versions), key, 0, max(tokens, 1e-9))
+            self._batches[batch_id] = batch
+            owner.batches[batch_id] = batch
+            owner.weight = max(owner.weight, weight)
+            self._weights[weight] += 1
+            _push(owner.heap, batch_id, batch)
+        batch.waiting += count
 
     def remove(self, batch_id: str) -> int:
         """Forget ``batch_id`` (its requests are gone); returns how many were waiting."""
-        share = self._shares.pop(batch_id, None)
-        return 0 if share is None else share.waiting
+        batch = self._batches.get(batch_id)
+        if batch is None:
+            return 0
+        self._drop(batch_id, batch)
+        return batch.waiting
 
     def next(self, room: int) -> tuple[str, int] | None:
         """The batch to serve now and how many of its requests (at most ``room``), counted
@@ -75,27 +113,61 @@ class FairShare:
         if room < 1:
             return None
         while self._heap:
-            tag, version, batch_id = self._heap[0]
-            share = self._shares.get(batch_id)
-            if share is None or share.version != version:
-                heapq.heappop(self._heap)  # stale: removed, or re-pushed since
+            tag, version, key = self._heap[0]
+            owner = self._keys.get(key)
+            if owner is None or owner.version != version:
+                heapq.heappop(self._heap)  # stale: gone, or re-pushed since
                 continue
-            count = min(room, share.waiting, max(1, round(self.quantum * share.weight)))
+            batch_id, batch = self._first(owner)
+            floor = min(self._weights)
+            count = min(room, batch.waiting, max(1, round(self.quantum * batch.weight / floor)))
+            cost = count * batch.tokens
             self._now = max(self._now, tag)
-            share.waiting -= count
-            share.tag = max(share.tag, self._now) + count / share.weight
-            heapq.heappop(self._heap)
-            if share.waiting:
-                share.version = next(self._versions)
-                self._push(batch_id, share)
+            owner.now = max(owner.now, batch.tag)
+            batch.tag = max(batch.tag, owner.now) + cost / batch.weight
+            owner.tag = max(owner.tag, self._now) + cost / owner.weight
+            batch.waiting -= count
+            heapq.heappop(owner.heap)
+            if batch.waiting:
+                batch.version = next(self._versions)
+                _push(owner.heap, batch_id, batch)
             else:
-                del self._shares[batch_id]
+                self._drop(batch_id, batch)
+            if key in self._keys:
+                heapq.heappop(self._heap)
+                owner.version = next(self._versions)
+                self._push_key(key, owner)
             return batch_id, count
         return None
 
     def waiting(self, batch_id: str) -> int:
-        share = self._shares.get(batch_id)
-        return 0 if share is None else share.waiting
+        batch = self._batches.get(batch_id)
+        return 0 if batch is None else batch.waiting
 
-    def _push(self, batch_id: str, share: _Share) -> None:
-        heapq.heappush(self._heap, (share.tag, share.version, batch_id))
+    def _first(self, owner: _Key) -> tuple[str, _Batch]:
+        """The batch of ``owner`` with the lowest tag (stale heap entries dropped)."""
+        while True:
+            _, version, batch_id = owner.heap[0]
+            batch = owner.batches.get(batch_id)
+            if batch is not None and batch.version == version:
+                return batch_id, batch
+            heapq.heappop(owner.heap)
+
+    def _drop(self, batch_id: str, batch: _Batch) -> None:
+        del self._batches[batch_id]
+        self._weights[batch.weight] -= 1
+        if not self._weights[batch.weight]:
+            del self._weights[batch.weight]
+        owner = self._keys[batch.key]
+        del owner.batches[batch_id]
+        if not owner.batches:
+            del self._keys[batch.key]  # its heap entry is stale from now on
+        elif batch.weight == owner.weight:
+            owner.weight = max(b.weight for b in owner.batches.values())
+
+    def _push_key(self, key: str, owner: _Key) -> None:
+        heapq.heappush(self._heap, (owner.tag, owner.version, key))
+
+
+def _push(heap: list[tuple[float, int, str]], batch_id: str, batch: _Batch) -> None:
+    heapq.heappush(heap, (batch.tag, batch.version, batch_id))

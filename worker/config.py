@@ -172,13 +172,11 @@ class SchedulingConfig:
     fair: bool = False
     weight: float = 1.0  # a batch's weight unless its publisher gives one
     quantum: int = 64  # requests a batch of weight 1 is fed per turn
-    # the requests topic holds at most max(min_depth, answered/s × depth_s) unanswered
-    # records that the feeder fed (what workers hold and answered-but-uncommitted records
-    # count too, so depth_s well above commit_interval_ms keeps them busy); min_depth 0:
-    # 2 × batching.prefetch_count (more than two workers on a slow engine want
-    # workers × prefetch_count)
+    # the requests topic holds at most 2 × the fleet's bandwidth-delay product of fed,
+    # unanswered records (answered/s × the shortest feed-to-answer time, measured:
+    # worker/feeder/depth.py), never below min_depth (0: 2 × batching.prefetch_count; also
+    # the limit before anything is measured) nor above max_depth
     min_depth: int = 0
-    depth_s: float = 1.0
     max_depth: int = 8192
 
 

@@ -103,3 +103,48 @@ def test_every_request_is_served_exactly_once(
     served = serve(fair, sum(added.values()), room=7)
     assert served == added
     assert fair.next(7) is None
+
+
+def test_splitting_into_ten_batches_gets_a_key_no_more() -> None:
+    """Issue 33, item 4: alice's work in 10 batches against bob's 1 got 0.91 vs 0.09."""
+    fair = FairShare(quantum=64)
+    for k in range(10):
+        fair.add(f"alice-{k}", 10_000, key="alice")
+    fair.add("bob-0", 100_000, key="bob")
+    served = serve(fair, 20_000)
+    alice = sum(n for b, n in served.items() if b.startswith("alice"))
+    assert alice / sum(served.values()) <= 0.55
+    # and within alice, her batches share alike
+    assert max(served[f"alice-{k}"] for k in range(10)) <= 2 * min(
+        served[f"alice-{k}"] for k in range(10)
+    )
+
+
+def test_keys_are_charged_in_tokens_not_requests() -> None:
+    fair = FairShare(quantum=16)
+    fair.add("long", 100_000, key="a", tokens=400.0)
+    fair.add("short", 100_000, key="b", tokens=100.0)
+    served = serve(fair, 10_000)
+    assert served["short"] / served["long"] == pytest.approx(4.0, rel=0.05)
+
+
+def test_a_low_weight_gives_full_slices_not_one_record() -> None:
+    """Issue 33, item 3: 64 batches at weight 0.015 were fed one record a turn."""
+    fair = FairShare(quantum=64)
+    for k in range(64):
+        fair.add(f"b{k}", 1_000, weight=0.015, key=f"k{k}")
+    assert all(picked[1] == 64 for _ in range(64) if (picked := fair.next(10_000)))
+    fair.add("heavy", 1_000, weight=0.03, key="h")  # twice the lightest: twice its slice
+    counts = {b: n for _ in range(70) if (picked := fair.next(10_000)) for b, n in [picked]}
+    assert counts["heavy"] == 128
+
+
+def test_a_key_weighs_its_heaviest_active_batch() -> None:
+    fair = FairShare(quantum=4)
+    fair.add("a-bg", 100_000, weight=1.0, key="a")
+    fair.add("a-fg", 100_000, weight=3.0, key="a")
+    fair.add("b", 100_000, weight=3.0, key="b")
+    served = serve(fair, 12_000)
+    a = served["a-bg"] + served["a-fg"]
+    assert a / served["b"] == pytest.approx(1.0, rel=0.05)  # 3 against 3
+    assert served["a-fg"] / served["a-bg"] == pytest.approx(3.0, rel=0.05)  # 3:1 inside
