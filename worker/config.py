@@ -70,7 +70,43 @@ class BatchingConfig:
     priority_aging_ms: int = 10_000
 
 
-EngineKind = Literal["auto", "hf", "vllm", "trtllm", "echo"]
+EngineKind = Literal["auto", "hf", "vllm", "trtllm", "echo", "openai"]
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    """``engine.kind: openai``: an OpenAI-compatible server the worker does not host
+    (vLLM, SGLang, TGI, an llm-d router; worker/engines/remote/)."""
+
+    # the server's API root, e.g. http://vllm:8000/v1 (requests go to base_url + /chat/...)
+    base_url: str = ""
+    # the NAME of the environment variable holding the API key, never the key itself; an
+    # unset or empty variable sends no Authorization header
+    api_key_env: str = "BATCHPIPE_REMOTE_API_KEY"
+    ca_bundle: str = ""  # a PEM file of CAs to verify TLS with; "": the system's (certifi)
+    # loopback, link-local and private addresses are refused unless allowed (an in-cluster
+    # server is private: allow it explicitly)
+    allow_private: bool = False
+    timeout_s: float = 120.0  # one HTTP request, connect to last byte
+    # requests in flight: AIMD between min and max, starting at initial; adaptive false
+    # keeps max_concurrency in flight
+    max_concurrency: int = 32
+    min_concurrency: int = 1
+    initial_concurrency: int = 4
+    adaptive: bool = True
+    # a request slower than this (send to last byte) counts as the server falling behind;
+    # 0: only 429, 503 and timeouts do
+    latency_target_ms: int = 0
+    # 429, 408, 5xx, timeouts and lost connections are retried this often with exponential
+    # back-off and full jitter (Retry-After honoured), then answered 5000
+    max_retries: int = 5
+    backoff_s: float = 0.5
+    backoff_max_s: float = 30.0
+    # the server's Prometheus endpoint; with it, no request is sent while its queue
+    # (vllm:num_requests_waiting) holds more than max_waiting
+    metrics_url: str = ""
+    max_waiting: int = 0
+    metrics_interval_ms: int = 500
 
 
 @dataclass(frozen=True)
@@ -99,6 +135,8 @@ class EngineConfig:
     echo_mode: Literal["static", "in_flight"] = "static"
     simulated_token_s: float = 0.0
     simulated_token_per_seq_s: float = 0.0
+    # kind openai only: the server to send requests to
+    remote: RemoteConfig = RemoteConfig()
 
 
 @dataclass(frozen=True)
@@ -304,6 +342,7 @@ def _inconsistencies(config: Config) -> list[str]:
             if is_set
         )
     found.extend(_task_problems(e))
+    found.extend(_remote_problems(e, b))
     if b.max_batch_size > b.prefetch_count:
         found.append(
             f"batching.max_batch_size: {b.max_batch_size} exceeds batching.prefetch_count "
@@ -329,12 +368,49 @@ def _inconsistencies(config: Config) -> list[str]:
 
 def _task_problems(e: EngineConfig) -> list[str]:
     """``engine.task`` against the engine kind and a known model's own task."""
-    if e.task == "embed" and e.kind not in ("auto", "hf", "vllm"):
-        return [f"engine.task: embed is served by engine.kind hf or vllm (or auto), not {e.kind}"]
+    if e.task == "embed" and e.kind not in ("auto", "hf", "vllm", "openai"):
+        return [
+            f"engine.task: embed is served by engine.kind hf, vllm or openai (or auto), "
+            f"not {e.kind}"
+        ]
     known = known_task(e.model)
     if known is not None and known != e.task:
         return [f"engine.task: {e.task}, but engine.model {e.model!r} is a model for task {known}"]
     return []
+
+
+def _remote_problems(e: EngineConfig, b: BatchingConfig) -> list[str]:
+    """``engine.remote`` is for ``kind: openai`` only, and that kind needs its server."""
+    r = e.remote
+    if e.kind != "openai":
+        changed = [k for k, v in asdict(r).items() if v != getattr(RemoteConfig(), k)]
+        return [
+            f"engine.remote.{k}: applies to engine.kind openai only, not {e.kind}" for k in changed
+        ]
+    found: list[str] = []
+    if not r.base_url.startswith(("http://", "https://")):
+        found.append(
+            f"engine.remote.base_url: engine.kind openai needs the server's URL "
+            f"(http:// or https://, e.g. http://vllm:8000/v1), got {r.base_url!r}"
+        )
+    if r.metrics_url and not r.metrics_url.startswith(("http://", "https://")):
+        found.append(f"engine.remote.metrics_url: not an http(s) URL: {r.metrics_url!r}")
+    if not r.min_concurrency <= r.initial_concurrency <= r.max_concurrency:
+        found.append(
+            f"engine.remote.initial_concurrency: {r.initial_concurrency} must lie between "
+            f"min_concurrency ({r.min_concurrency}) and max_concurrency ({r.max_concurrency})"
+        )
+    if r.max_concurrency > b.max_batch_size:
+        found.append(
+            f"engine.remote.max_concurrency: {r.max_concurrency} exceeds "
+            f"batching.max_batch_size ({b.max_batch_size}), the most requests a worker keeps "
+            "in flight: raise batching.max_batch_size (and prefetch_count) with it"
+        )
+    if r.backoff_s > r.backoff_max_s:
+        found.append(
+            f"engine.remote.backoff_s: {r.backoff_s} exceeds backoff_max_s ({r.backoff_max_s})"
+        )
+    return found
 
 
 def _producer_size_problems(config: Config) -> list[str]:

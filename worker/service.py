@@ -82,6 +82,8 @@ class Worker:
             version=__version__,
             prefetch_limit=b.prefetch_count,
         )
+        for collector in self.engine.collectors():
+            self.metrics.registry.register(collector)
         self.health = Health(config.worker.liveness_timeout_s, metrics=self.metrics)
         self.server = MetricsServer(config.metrics, self.metrics, self.health)
         self.batcher: DynamicBatcher[Job] = DynamicBatcher(

@@ -47,6 +47,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from prometheus_client.registry import Collector
+
 from worker.config import GenerationConfig
 from worker.errors import BatchpipeError, ErrorCode, RequestError
 from worker.wire.messages import (
@@ -319,6 +321,11 @@ class Engine(ABC):
 
     def close(self) -> None:  # noqa: B027 — optional hook, engines without resources skip it
         """Release the model and any device memory; aborts whatever is still running."""
+
+    def collectors(self) -> Sequence[Collector]:
+        """Prometheus collectors of the engine's own series, registered on the worker's
+        registry once at start (the remote engine's server answers); none by default."""
+        return ()
 
 
 class StaticEngine(Engine):

@@ -18,6 +18,7 @@ from worker.errors import ModelLoadError
 
 if TYPE_CHECKING:
     from worker.engines.embed.base import EmbeddingEngine
+    from worker.engines.remote.engine import RemoteEngine
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,8 @@ def resolve_kind(engine: EngineConfig) -> EngineConfig:
 def create_engine(engine: EngineConfig, batching: BatchingConfig) -> Engine:
     """An unloaded engine for ``engine.kind`` and ``engine.task``; the caller calls ``load()``."""
     engine = resolve_kind(engine)
+    if engine.kind == "openai":
+        return _remote_class(engine.task)(engine, batching)
     if engine.task == "embed":
         return _embedding_class(engine.kind)(engine, batching)
     if engine.kind == "echo" and engine.echo_mode == "in_flight":
@@ -74,12 +77,16 @@ def create_engine(engine: EngineConfig, batching: BatchingConfig) -> Engine:
         from worker.engines.trtllm import TrtLlmEngine
 
         return TrtLlmEngine(engine, batching)
-    raise ModelLoadError(f"unknown engine kind {engine.kind!r}: expected hf, vllm, trtllm or echo")
+    raise ModelLoadError(
+        f"unknown engine kind {engine.kind!r}: expected hf, vllm, trtllm, echo or openai"
+    )
 
 
 def engine_class(kind: str, task: str = "generate") -> type[Engine]:
     """The engine class of ``kind`` for ``task``, for what it declares (``honours``,
     ``inert``, ``endpoints``); imports its module, never its heavy libraries."""
+    if kind == "openai":
+        return _remote_class(task)
     if task == "embed":
         return _embedding_class(kind)
     if kind == "echo":
@@ -111,3 +118,9 @@ def _embedding_class(kind: str) -> type[EmbeddingEngine]:
 
         return VllmEmbedEngine
     raise ModelLoadError(f"engine.task embed needs engine.kind hf or vllm, not {kind!r}")
+
+
+def _remote_class(task: str) -> type[RemoteEngine]:
+    from worker.engines.remote.engine import RemoteEmbedEngine, RemoteEngine
+
+    return RemoteEmbedEngine if task == "embed" else RemoteEngine

@@ -25,9 +25,9 @@ from worker.wire.fields import EMBED, FIELDS, GENERATE, BodyField
 from worker.wire.messages import Endpoint
 
 #: every engine kind in the table's columns, in order
-ENGINE_KINDS = ("echo", "hf", "vllm", "trtllm")
+ENGINE_KINDS = ("echo", "hf", "vllm", "trtllm", "openai")
 #: the engine kinds that serve ``engine.task: embed``
-EMBEDDING_KINDS = ("hf", "vllm")
+EMBEDDING_KINDS = ("hf", "vllm", "openai")
 DOC = Path(__file__).resolve().parents[2] / "docs" / "fields.md"
 BEGIN, END = "<!-- fields:table -->", "<!-- /fields:table -->"
 

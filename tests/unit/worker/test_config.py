@@ -111,7 +111,7 @@ def test_the_embed_task_needs_an_embedding_engine_and_model() -> None:
     assert load_config(sets=[*embed, "engine.kind=vllm"], environ={}).engine.task == "embed"
     assert load_config(environ={}).engine.task == "generate"
     assert load_config(sets=embed, environ={}).engine.kind == "auto"  # vllm or hf at start
-    assert "engine.task: embed is served by engine.kind hf or vllm" in refused(
+    assert "engine.task: embed is served by engine.kind hf, vllm or openai" in refused(
         *embed, "engine.kind=trtllm"
     )
     assert "is a model for task generate" in refused("engine.task=embed")  # smollm2
@@ -145,3 +145,21 @@ def test_a_producer_limit_below_the_accepted_record_size_is_refused() -> None:
         environ={},
     )
     assert "kafka.client.message.max.bytes" in refused("kafka.client.message.max.bytes=big")
+
+
+def test_the_openai_kind_needs_its_server_and_its_settings_need_that_kind() -> None:
+    remote = ["engine.kind=openai", "engine.model=served-name"]
+    ok = load_config(sets=[*remote, "engine.remote.base_url=https://llm.example/v1"], environ={})
+    assert ok.engine.remote.base_url == "https://llm.example/v1"
+    assert "engine.remote.base_url: engine.kind openai needs the server's URL" in refused(*remote)
+    assert "engine.remote.max_retries: applies to engine.kind openai only, not echo" in refused(
+        "engine.kind=echo", "engine.remote.max_retries=2"
+    )
+    url = "engine.remote.base_url=http://x/v1"
+    assert "engine.remote.max_concurrency: 64 exceeds batching.max_batch_size (32)" in refused(
+        *remote, url, "engine.remote.max_concurrency=64"
+    )
+    assert "engine.remote.initial_concurrency: 9 must lie between" in refused(
+        *remote, url, "engine.remote.initial_concurrency=9", "engine.remote.max_concurrency=8"
+    )
+    assert "api_key_env" in refused(*remote, url, "engine.remote.api_key_env=sk-live key")

@@ -1,0 +1,212 @@
+"""The remote engine's pure parts: packing, the AIMD window, the queue gate, the bodies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.unit.conftest import resolved
+from worker.engines.remote.aimd import ConcurrencyWindow
+from worker.engines.remote.bodies import (
+    AnswerError,
+    completion_of,
+    embeddings_call,
+    generation_call,
+)
+from worker.engines.remote.gate import waiting
+from worker.engines.remote.packing import pack, request_input, unpack
+from worker.wire.messages import ChatMessage, InferenceRequest, ResponseFormat
+
+
+@given(st.recursive(st.text() | st.integers() | st.none(), lambda c: st.lists(c, max_size=4)))
+def test_packing_gives_the_input_back_and_equal_ids_mean_equal_input(value: object) -> None:
+    ids = pack(value)
+    assert unpack(ids) == value
+    assert all(0 <= i < 2**32 for i in ids)
+    assert (pack([value, "x"]) == pack([value, "y"])) is False
+
+
+def test_inputs_sharing_a_system_message_share_a_prefix_and_ids_estimate_tokens() -> None:
+    system = ChatMessage("system", "You label support tickets by urgency. " * 10)
+    a = InferenceRequest("a", messages=(system, ChatMessage("user", "printer on fire")))
+    b = InferenceRequest("b", messages=(system, ChatMessage("user", "password reset")))
+    ids_a, ids_b = pack(request_input(a)), pack(request_input(b))
+    shared = next(i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y)
+    assert shared >= len(system.content) // 4
+    # about one id per 4 bytes of input: the admission limits hold as an estimate
+    assert len(ids_a) == pytest.approx(len(json.dumps(request_input(a))) / 4, rel=0.1)
+    chat, responses = (
+        request_input(a),
+        request_input(InferenceRequest("a", messages=a.messages, responses=True)),
+    )
+    assert pack(chat) != pack(responses), "the endpoint is part of the input"
+
+
+def test_the_window_halves_once_per_round_and_grows_one_per_window() -> None:
+    w = ConcurrencyWindow(minimum=1, maximum=32, initial=16)
+    w.on_overload(sent_at=1.0, now=2.0)
+    assert w.limit == 8
+    w.on_overload(sent_at=1.5, now=2.1)  # sent before the cut: the old window's verdict
+    assert w.limit == 8
+    w.on_overload(sent_at=2.5, now=3.0)
+    assert w.limit == 4
+    for _ in range(5):  # about one window's worth of successes adds one
+        w.on_success(sent_at=3.1, answered_at=3.2)
+    assert w.limit == 5
+    for t in range(10):
+        w.on_overload(sent_at=10.0 + t, now=10.5 + t)
+    assert w.limit == 1, "never below the minimum"
+    for _ in range(10_000):
+        w.on_success(sent_at=30.0, answered_at=30.1)
+    assert w.limit == 32, "never above the maximum"
+
+
+def test_a_slow_answer_is_an_overload_and_a_fixed_window_never_moves() -> None:
+    w = ConcurrencyWindow(minimum=1, maximum=32, initial=16, latency_target_s=0.5)
+    w.on_success(sent_at=1.0, answered_at=1.2)
+    w.on_success(sent_at=1.0, answered_at=2.0)
+    assert w.limit == 8 and w.cuts == 1
+    fixed = ConcurrencyWindow(minimum=1, maximum=32, initial=4, adaptive=False)
+    fixed.on_overload(sent_at=1.0, now=2.0)
+    assert fixed.limit == 32
+
+
+def test_the_gate_reads_vllm_waiting_summed_over_models() -> None:
+    text = (
+        "# HELP vllm:num_requests_waiting Number of requests waiting.\n"
+        'vllm:num_requests_waiting{model_name="a b",engine="0"} 3.0\n'
+        'vllm:num_requests_waiting{model_name="c"} 2.0 1700000000\n'
+        "vllm:num_requests_waiting_total 99\n"
+        'vllm:num_requests_running{model_name="a"} 7.0\n'
+    )
+    assert waiting(text) == 5
+    assert waiting("vllm:num_requests_waiting 4\n") == 4
+    assert waiting("other_series 1\n") is None
+    assert waiting('vllm:num_requests_waiting{a="b"} NaN\n') is None
+
+
+def test_every_resolved_setting_goes_into_the_chat_body() -> None:
+    fmt = ResponseFormat("json_schema", '{"type": "object"}', "label", True)
+    s = resolved(
+        max_tokens=7,
+        temperature=0.5,
+        top_p=0.9,
+        top_k=5,
+        seed=3,
+        stop=("END",),
+        n=2,
+        presence_penalty=0.1,
+        frequency_penalty=0.2,
+        repetition_penalty=1.1,
+        logprobs=True,
+        top_logprobs=2,
+        response_format=fmt,
+    )
+    body = generation_call("m", "chat", [["user", "hi"]], s).body
+    assert body == {
+        "model": "m",
+        "max_tokens": 7,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "top_k": 5,
+        "presence_penalty": 0.1,
+        "frequency_penalty": 0.2,
+        "repetition_penalty": 1.1,
+        "n": 2,
+        "seed": 3,
+        "stop": ["END"],
+        "logprobs": True,
+        "top_logprobs": 2,
+        "messages": [{"role": "user", "content": "hi"}],
+        "chat_template_kwargs": {"enable_thinking": False},
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "label", "schema": {"type": "object"}, "strict": True},
+        },
+    }
+    plain = generation_call("m", "completions", [1, 2, 3], resolved(max_tokens=4)).body
+    assert plain == {"model": "m", "max_tokens": 4, "temperature": 0.0, "prompt": [1, 2, 3]}
+    responses = generation_call("m", "responses", [["user", "hi"]], resolved(response_format=fmt))
+    assert responses.path == "/responses"
+    assert responses.body["text"] == {
+        "format": {
+            "type": "json_schema",
+            "name": "label",
+            "schema": {"type": "object"},
+            "strict": True,
+        }
+    }
+    assert embeddings_call("e", ["a"], 4).body == {
+        "model": "e",
+        "input": ["a"],
+        "encoding_format": "float",
+        "dimensions": 4,
+    }
+
+
+def test_answers_are_read_with_the_servers_usage_and_every_choice() -> None:
+    call = generation_call("m", "chat", [["user", "hi"]], resolved(n=2, logprobs=True))
+    answer = {
+        "choices": [
+            {"index": 1, "message": {"content": "two"}, "finish_reason": "length"},
+            {
+                "index": 0,
+                "message": {"content": "one"},
+                "finish_reason": "stop",
+                "logprobs": {
+                    "content": [
+                        {
+                            "token": "one",
+                            "logprob": -0.1,
+                            "top_logprobs": [
+                                {"token": "one", "logprob": -0.1},
+                                {"token": "uno", "logprob": -2.0},
+                            ],
+                        }
+                    ]
+                },
+            },
+        ],
+        "usage": {
+            "prompt_tokens": 11,
+            "completion_tokens": 5,
+            "completion_tokens_details": {"reasoning_tokens": 2},
+        },
+    }
+    c = completion_of("k", call, answer)
+    assert (c.text, c.finish_reason, c.prompt_tokens, c.completion_tokens, c.reasoning_tokens) == (
+        "one",
+        "stop",
+        11,
+        5,
+        2,
+    )
+    assert c.logprobs is not None and c.logprobs[0].top[1].token == "uno"
+    assert [(x.text, x.finish_reason) for x in c.extra_choices] == [("two", "length")]
+    text_call = generation_call("m", "completions", "hi", resolved(logprobs=True, top_logprobs=1))
+    t = completion_of(
+        "k",
+        text_call,
+        {
+            "choices": [
+                {
+                    "text": "a b",
+                    "finish_reason": "length",
+                    "logprobs": {
+                        "tokens": ["a", " b"],
+                        "token_logprobs": [-1.0, -2.0],
+                        "top_logprobs": [{"a": -1.0}, {" b": -2.0}],
+                    },
+                }
+            ],
+            "usage": {},
+        },
+    )
+    assert t.logprobs is not None and [x.token for x in t.logprobs] == ["a", " b"]
+    with pytest.raises(AnswerError):
+        completion_of("k", call, {"choices": []})
+    with pytest.raises(AnswerError):
+        completion_of("k", call, {"object": "error"})

@@ -1,0 +1,212 @@
+"""What a remote engine sends an OpenAI-compatible server, and what it reads back.
+
+One request in, one HTTP call out, to the endpoint the request addressed: chat to
+``/chat/completions``, completions to ``/completions``, responses to ``/responses`` and
+embeddings to ``/embeddings``. Every resolved setting goes into the body under its OpenAI
+name; ``top_k`` and ``repetition_penalty`` are extensions that vLLM and SGLang accept, and
+a chat request carries ``chat_template_kwargs.enable_thinking`` as they read it. A server
+that refuses a field answers 400, which the worker passes on as 4002 with the server's
+own message, never dropping the field quietly.
+
+The answer is read strictly: a body that is not the endpoint's object raises
+:class:`AnswerError` (the request then fails with 5000 naming what was wrong). Usage is
+the server's own count.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from worker.engines.base import Completion, ResolvedSampling
+from worker.wire.messages import Choice, FinishReason, Logprobs, ResponseFormat, TokenLogprob
+
+PATHS = {
+    "chat": "/chat/completions",
+    "completions": "/completions",
+    "responses": "/responses",
+    "embeddings": "/embeddings",
+}
+
+
+class AnswerError(ValueError):
+    """The server answered 200 with a body that is not what the endpoint returns."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request: the path under ``base_url`` and the JSON body."""
+
+    endpoint: str
+    body: Mapping[str, Any]
+
+    @property
+    def path(self) -> str:
+        return PATHS[self.endpoint]
+
+
+def generation_call(model: str, endpoint: str, value: Any, s: ResolvedSampling) -> Call:
+    """The call for a chat, completions or responses request (``value`` as packed by
+    :func:`worker.engines.remote.packing.request_input`)."""
+    if endpoint == "responses":
+        body: dict[str, Any] = {
+            "model": model,
+            "input": [{"role": role, "content": content} for role, content in value],
+            "max_output_tokens": s.max_tokens,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+        }
+        if s.response_format.type != "text":
+            body["text"] = {"format": _format(s.response_format, nested=False)}
+        return Call(endpoint, body)
+    body = {"model": model, "max_tokens": s.max_tokens, "temperature": s.temperature}
+    if endpoint == "chat":
+        body["messages"] = [{"role": role, "content": content} for role, content in value]
+        body["chat_template_kwargs"] = {"enable_thinking": s.enable_thinking}
+    else:
+        body["prompt"] = value
+    optional = {
+        "top_p": (s.top_p, 1.0),
+        "top_k": (s.top_k, 0),
+        "presence_penalty": (s.presence_penalty, 0.0),
+        "frequency_penalty": (s.frequency_penalty, 0.0),
+        "repetition_penalty": (s.repetition_penalty, 1.0),
+        "n": (s.n, 1),
+    }
+    body.update({name: v for name, (v, off) in optional.items() if v != off})
+    if s.seeded:
+        body["seed"] = s.seed
+    if s.stop:
+        body["stop"] = list(s.stop)
+    if s.logprobs and endpoint == "chat":
+        body["logprobs"] = True
+        body["top_logprobs"] = s.top_logprobs
+    elif s.logprobs:  # completions: the number of likeliest tokens, the chosen one always
+        body["logprobs"] = s.top_logprobs
+    if s.response_format.type != "text":
+        body["response_format"] = _format(s.response_format, nested=True)
+    return Call(endpoint, body)
+
+
+def embeddings_call(model: str, texts: list[str], dimensions: int | None) -> Call:
+    body: dict[str, Any] = {"model": model, "input": texts, "encoding_format": "float"}
+    if dimensions is not None:
+        body["dimensions"] = dimensions
+    return Call("embeddings", body)
+
+
+def _format(fmt: ResponseFormat, *, nested: bool) -> dict[str, Any]:
+    """``response_format`` for chat/completions (``nested``: the schema under
+    ``json_schema``), or ``text.format`` for responses (flat)."""
+    if fmt.type == "json_object":
+        return {"type": "json_object"}
+    schema: dict[str, Any] = {"name": fmt.name or "output", "schema": json.loads(fmt.schema)}
+    if fmt.strict is not None:
+        schema["strict"] = fmt.strict
+    return (
+        {"type": "json_schema", "json_schema": schema}
+        if nested
+        else {"type": "json_schema", **schema}
+    )
+
+
+def completion_of(key: str, call: Call, answer: Any) -> Completion:
+    """The :class:`Completion` of ``answer`` (the parsed JSON body of a 200)."""
+    try:
+        if call.endpoint == "embeddings":
+            return _embeddings(key, answer)
+        if call.endpoint == "responses":
+            return _response(key, answer)
+        return _choices(key, call.endpoint, answer)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise AnswerError(f"the server's {call.path} answer is not readable: {exc!r}") from exc
+
+
+def _choices(key: str, endpoint: str, answer: Mapping[str, Any]) -> Completion:
+    rows = sorted(answer["choices"], key=lambda c: int(c.get("index", 0)))
+    if not rows:
+        raise AnswerError("no choices")
+    choices = []
+    for row in rows:
+        text = row["message"].get("content") if endpoint == "chat" else row["text"]
+        logprobs = _chat_logprobs(row) if endpoint == "chat" else _text_logprobs(row)
+        choices.append(Choice(str(text or ""), _finish(row.get("finish_reason")), logprobs))
+    usage = answer.get("usage") or {}
+    details = usage.get("completion_tokens_details") or {}
+    first = choices[0]
+    return Completion(
+        key=key,
+        text=first.text,
+        finish_reason=first.finish_reason,
+        prompt_tokens=int(usage.get("prompt_tokens", 0)),
+        completion_tokens=int(usage.get("completion_tokens", 0)),
+        reasoning_tokens=int(details.get("reasoning_tokens") or 0),
+        logprobs=first.logprobs,
+        extra_choices=tuple(choices[1:]),
+    )
+
+
+def _response(key: str, answer: Mapping[str, Any]) -> Completion:
+    texts = [
+        part["text"]
+        for item in answer["output"]
+        if item.get("type") == "message"
+        for part in item["content"]
+        if part.get("type") == "output_text"
+    ]
+    incomplete = (answer.get("incomplete_details") or {}).get("reason")
+    usage = answer.get("usage") or {}
+    details = usage.get("output_tokens_details") or {}
+    return Completion(
+        key=key,
+        text="".join(texts),
+        finish_reason="length" if incomplete == "max_output_tokens" else "stop",
+        prompt_tokens=int(usage.get("input_tokens", 0)),
+        completion_tokens=int(usage.get("output_tokens", 0)),
+        reasoning_tokens=int(details.get("reasoning_tokens") or 0),
+    )
+
+
+def _embeddings(key: str, answer: Mapping[str, Any]) -> Completion:
+    rows = sorted(answer["data"], key=lambda d: int(d["index"]))
+    vectors = tuple(tuple(float(x) for x in row["embedding"]) for row in rows)
+    usage = answer.get("usage") or {}
+    return Completion(key=key, prompt_tokens=int(usage.get("prompt_tokens", 0)), embeddings=vectors)
+
+
+def _finish(reason: Any) -> FinishReason:
+    return "length" if reason == "length" else "stop"
+
+
+def _chat_logprobs(row: Mapping[str, Any]) -> Logprobs:
+    content = (row.get("logprobs") or {}).get("content")
+    if content is None:
+        return None
+    return tuple(
+        TokenLogprob(
+            str(t["token"]),
+            float(t["logprob"]),
+            tuple(
+                TokenLogprob(str(o["token"]), float(o["logprob"]))
+                for o in t.get("top_logprobs") or ()
+            ),
+        )
+        for t in content
+    )
+
+
+def _text_logprobs(row: Mapping[str, Any]) -> Logprobs:
+    lp = row.get("logprobs")
+    if not lp:
+        return None
+    tops = lp.get("top_logprobs") or [None] * len(lp["tokens"])
+    return tuple(
+        TokenLogprob(
+            str(token),
+            float(value),
+            tuple(TokenLogprob(str(k), float(v)) for k, v in (top or {}).items()),
+        )
+        for token, value, top in zip(lp["tokens"], lp["token_logprobs"], tops, strict=True)
+    )

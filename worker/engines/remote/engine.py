@@ -1,0 +1,367 @@
+"""``engine.kind: openai``: batch work sent to an OpenAI-compatible server the worker does
+not host (vLLM, SGLang, TGI, an llm-d router), filling the capacity its interactive
+traffic leaves.
+
+An in-flight engine (:class:`~worker.engines.base.InFlightEngine`): every admitted request
+becomes one HTTP call to the endpoint it addressed (:mod:`.bodies`), sent from an asyncio
+loop on a thread of the engine's own. Everything above the engine is unchanged: the worker
+still answers each request exactly once, commits offsets past answered requests only,
+aborts the requests of a revoked partition or a cancelled batch (an aborted call's HTTP
+request is closed), and applies fair share upstream.
+
+* **In flight**: at most the AIMD window (:mod:`.aimd`) — :meth:`capacity` reports the
+  window minus what is in flight, so the worker's in-flight stage never sends more. With
+  ``metrics_url`` set, nothing new is sent while the server's own queue is above
+  ``max_waiting`` (:mod:`.gate`).
+* **Errors**: 408, 429, 5xx, timeouts and lost connections are retried up to
+  ``max_retries`` times with exponential back-off and full jitter (``Retry-After`` is
+  honoured up to ``backoff_max_s``), then the request fails with 5000 naming the last
+  status. Any other 4xx fails it with 4002 and the server's message; a 3xx with 5000
+  (redirects are never followed, so an allowed server cannot bounce a request onto a
+  private address). A 200 whose body is not the endpoint's object is 5000.
+* **Tokens**: the server tokenizes; the worker's "token ids" are the input packed 4 bytes
+  an id (:mod:`.packing`), so dedup and shared prefixes stay exact and the admission
+  limits hold as an estimate. Usage in the answers is the server's own count, so
+  ``Completion.prompt_tokens`` is the server's, not ``len(prompt_token_ids)``.
+* **Safety**: the API key is read from the environment variable ``api_key_env`` names
+  (never the config file); TLS is verified (``ca_bundle`` for a private CA); the server's
+  address must be public unless ``allow_private`` (:mod:`worker.outbound`). ``load()``
+  asks the server's ``/models`` once and refuses to start (5003) when it cannot be reached
+  or does not serve ``engine.model``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import random
+import threading
+import time
+from collections.abc import Collection, Sequence
+from typing import Any, ClassVar
+
+import httpx
+from prometheus_client.registry import Collector
+
+from worker.config import BatchingConfig, EngineConfig
+from worker.engines.base import (
+    MODEL_ENGINE_FIELDS,
+    Capacity,
+    Completion,
+    EngineBroken,
+    EngineInput,
+    InFlightEngine,
+)
+from worker.engines.remote.aimd import ConcurrencyWindow
+from worker.engines.remote.bodies import (
+    AnswerError,
+    Call,
+    completion_of,
+    embeddings_call,
+    generation_call,
+)
+from worker.engines.remote.gate import waiting
+from worker.engines.remote.packing import embedding_input, pack, request_input, unpack
+from worker.engines.remote.stats import RemoteCollector, RemoteStats, outcome_of_status
+from worker.errors import ErrorCode, ModelLoadError
+from worker.outbound import OutboundRefused, check_url
+from worker.wire.messages import Endpoint, InferenceRequest
+
+#: statuses worth sending again: the server is busy or briefly broken, not the request
+RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
+#: statuses (and timeouts) that mean the server is overloaded: the AIMD window halves
+OVERLOADED = frozenset({429, 502, 503, 504})
+
+
+class RemoteEngine(InFlightEngine):
+    """Chat, completions and responses requests to ``engine.remote.base_url``."""
+
+    endpoints: ClassVar[frozenset[Endpoint]] = frozenset({"chat", "completions", "responses"})
+    honours = MODEL_ENGINE_FIELDS
+
+    def __init__(self, engine: EngineConfig, batching: BatchingConfig) -> None:
+        self.model_name = engine.model
+        self._remote = r = engine.remote
+        self._max_tokens = batching.max_batch_tokens
+        self._window = ConcurrencyWindow(
+            minimum=r.min_concurrency,
+            maximum=r.max_concurrency,
+            initial=r.initial_concurrency,
+            adaptive=r.adaptive,
+            latency_target_s=r.latency_target_ms / 1000.0,
+        )
+        self._cond = threading.Condition()
+        self._inflight: dict[str, tuple[concurrent.futures.Future[None], int]] = {}
+        self._held_tokens = 0
+        self._done: dict[str, Completion] = {}
+        self._stats = RemoteStats()
+        self._gate_closed = False
+        self._failure: BaseException | None = None
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._client: httpx.AsyncClient | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, name="remote", daemon=True)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def load(self) -> None:
+        r = self._remote
+        try:
+            check_url(r.base_url, allow_private=r.allow_private, setting="engine.remote.base_url")
+            if r.metrics_url:
+                check_url(
+                    r.metrics_url,
+                    allow_private=r.allow_private,
+                    setting="engine.remote.metrics_url",
+                )
+        except OutboundRefused as exc:
+            raise ModelLoadError(str(exc)) from exc
+        key = os.environ.get(r.api_key_env, "")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._thread.start()
+        self._client = self._call(self._make_client(headers))
+        served = self._call(self._served_models())
+        if self.model_name not in served:
+            raise ModelLoadError(
+                f"engine.model {self.model_name!r} is not served by {r.base_url} "
+                f"(its /models lists {', '.join(sorted(served)) or 'nothing'})"
+            )
+        if r.metrics_url:
+            asyncio.run_coroutine_threadsafe(self._watch_queue(), self._loop)
+
+    async def _make_client(self, headers: dict[str, str]) -> httpx.AsyncClient:
+        r = self._remote
+        return httpx.AsyncClient(
+            base_url=r.base_url.rstrip("/"),
+            headers=headers,
+            timeout=r.timeout_s,
+            verify=r.ca_bundle or True,
+            follow_redirects=False,
+            limits=httpx.Limits(max_connections=r.max_concurrency + 1),
+        )
+
+    async def _served_models(self) -> set[str]:
+        assert self._client is not None
+        try:
+            response = await self._client.get("/models")
+            response.raise_for_status()
+            return {str(m["id"]) for m in response.json()["data"]}
+        except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
+            raise ModelLoadError(
+                f"cannot list the models of {self._remote.base_url}: {exc!r}"
+            ) from exc
+
+    def _call(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(
+            self._remote.timeout_s + 5
+        )
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            pending = [future for future, _ in self._inflight.values()]
+            self._inflight.clear()
+            self._cond.notify_all()
+        for future in pending:
+            future.cancel()
+        if self._thread.is_alive():
+            if self._client is not None:
+                self._call(self._client.aclose())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5.0)
+
+    # -- what the worker calls -------------------------------------------------------------
+
+    def encode(self, request: InferenceRequest) -> tuple[int, ...]:
+        return pack(request_input(request))
+
+    def submit(self, item: EngineInput) -> None:
+        call = self._call_of(item)
+        tokens = len(item.prompt_token_ids) + item.sampling.max_tokens
+        with self._cond:
+            self._check()
+            if item.key in self._inflight or item.key in self._done:
+                raise ValueError(f"key {item.key!r} is already in flight")
+            future = asyncio.run_coroutine_threadsafe(self._run(item.key, call), self._loop)
+            self._inflight[item.key] = (future, tokens)
+            self._held_tokens += tokens
+            self._stats.in_flight = len(self._inflight)
+
+    def _call_of(self, item: EngineInput) -> Call:
+        endpoint, value = unpack(item.prompt_token_ids)
+        return generation_call(self.model_name, endpoint, value, item.sampling)
+
+    def abort(self, keys: Collection[str]) -> None:
+        with self._cond:
+            for key in keys:
+                entry = self._inflight.pop(key, None)
+                if entry is not None:
+                    entry[0].cancel()  # cancels the task: its HTTP request is closed
+                    self._held_tokens -= entry[1]
+                self._done.pop(key, None)
+            self._stats.in_flight = len(self._inflight)
+
+    def completions(self, timeout_s: float = 0.0) -> list[Completion]:
+        with self._cond:
+            if not self._done and timeout_s > 0:
+                self._cond.wait_for(lambda: self._done or self._failure is not None, timeout_s)
+            self._check()
+            out = list(self._done.values())
+            self._done.clear()
+            return out
+
+    def capacity(self) -> Capacity:
+        with self._cond:
+            limit = 0 if self._gate_closed else self._window.limit
+            return Capacity(
+                sequences=max(0, limit - len(self._inflight)),
+                tokens=max(0, self._max_tokens - self._held_tokens),
+            )
+
+    def utilization(self) -> float:
+        with self._cond:
+            return min(1.0, len(self._inflight) / max(1, self._window.limit))
+
+    def collectors(self) -> Sequence[Collector]:
+        return (RemoteCollector(self._snapshot),)
+
+    def _snapshot(self) -> RemoteStats:
+        with self._cond:
+            self._stats.limit = self._window.limit
+            self._stats.cuts = self._window.cuts
+            return self._stats
+
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise EngineBroken("the remote engine's loop failed") from self._failure
+        if self._closed:
+            raise EngineBroken("the remote engine is closed")
+
+    # -- on the engine's loop --------------------------------------------------------------
+
+    async def _run(self, key: str, call: Call) -> None:
+        try:
+            completion = await self._send(key, call)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a bug here must not lose the request: it is reported
+            with self._cond:
+                self._failure = exc
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            entry = self._inflight.pop(key, None)
+            if entry is None:  # aborted meanwhile: never completed
+                return
+            self._held_tokens -= entry[1]
+            self._done[key] = completion
+            self._stats.in_flight = len(self._inflight)
+            self._cond.notify_all()
+
+    async def _send(self, key: str, call: Call) -> Completion:
+        """The request's one answer, after as many attempts as the errors allow."""
+        assert self._client is not None
+        r = self._remote
+        attempt = 0
+        while True:
+            sent = time.monotonic()
+            retry_after = 0.0
+            try:
+                response = await self._client.post(call.path, json=call.body)
+            except httpx.TimeoutException:
+                outcome, overloaded, last = "timeout", True, f"no answer within {r.timeout_s} s"
+            except httpx.TransportError as exc:
+                outcome, overloaded, last = "connection", False, f"connection failed: {exc!r}"
+            else:
+                status = response.status_code
+                if status == 200:
+                    return self._answered(key, call, response, sent)
+                outcome, overloaded = outcome_of_status(status), status in OVERLOADED
+                last = f"HTTP {status}: {_server_message(response)}"
+                if status not in RETRYABLE:
+                    self._count(outcome)
+                    code = (
+                        ErrorCode.INVALID_PARAMETER
+                        if 400 <= status < 500
+                        else ErrorCode.ENGINE_FAILED
+                    )
+                    return Completion.failed(key, code, f"the server answered {last}", 0)
+                retry_after = _retry_after(response)
+            with self._cond:
+                self._stats.responses[outcome] += 1
+                if overloaded:
+                    self._window.on_overload(sent, time.monotonic())
+                if attempt < r.max_retries:
+                    self._stats.retries += 1
+            if attempt >= r.max_retries:
+                message = f"the server failed {attempt + 1} attempts; the last: {last}"
+                return Completion.failed(key, ErrorCode.ENGINE_FAILED, message, 0)
+            attempt += 1
+            ceiling = min(r.backoff_max_s, r.backoff_s * 2 ** (attempt - 1))
+            await asyncio.sleep(min(r.backoff_max_s, max(random.uniform(0, ceiling), retry_after)))
+
+    def _answered(self, key: str, call: Call, response: httpx.Response, sent: float) -> Completion:
+        try:
+            completion = completion_of(key, call, response.json())
+        except (AnswerError, ValueError) as exc:
+            self._count("unreadable")
+            return Completion.failed(key, ErrorCode.ENGINE_FAILED, str(exc), 0)
+        with self._cond:
+            self._stats.responses["ok"] += 1
+            self._window.on_success(sent, time.monotonic())
+        return completion
+
+    def _count(self, outcome: str) -> None:
+        with self._cond:
+            self._stats.responses[outcome] += 1
+
+    async def _watch_queue(self) -> None:
+        assert self._client is not None
+        r = self._remote
+        while not self._closed:
+            try:
+                response = await self._client.get(r.metrics_url, timeout=min(r.timeout_s, 5.0))
+                depth = waiting(response.text) if response.status_code == 200 else None
+            except httpx.HTTPError:
+                depth = None
+            with self._cond:
+                self._stats.server_waiting = -1 if depth is None else depth
+                self._gate_closed = depth is not None and depth > r.max_waiting
+            await asyncio.sleep(r.metrics_interval_ms / 1000.0)
+
+
+class RemoteEmbedEngine(RemoteEngine):
+    """``engine.task: embed``: ``/v1/embeddings`` requests to the server."""
+
+    endpoints: ClassVar[frozenset[Endpoint]] = frozenset({"embeddings"})
+    honours: ClassVar[frozenset[str]] = frozenset()
+
+    def encode_inputs(self, request: InferenceRequest) -> tuple[tuple[int, ...], ...]:
+        return tuple(pack(embedding_input(t, request.dimensions)) for t in request.embedding_inputs)
+
+    def _call_of(self, item: EngineInput) -> Call:
+        inputs = [unpack(ids) for ids in item.embedding_inputs]
+        return embeddings_call(self.model_name, [text for _, text in inputs], inputs[0][0])
+
+
+def _server_message(response: httpx.Response) -> str:
+    """The server's own words: OpenAI's ``error.message``, else the body's start."""
+    try:
+        body = response.json()
+        message = (
+            body["error"]["message"] if isinstance(body.get("error"), dict) else body.get("message")
+        )
+        if message:
+            return str(message)[:500]
+    except (ValueError, AttributeError, KeyError, TypeError):
+        pass
+    return response.text[:500] or response.reason_phrase
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """``Retry-After`` in seconds (its number form; a date or nonsense reads as 0)."""
+    try:
+        return max(0.0, float(response.headers.get("retry-after", "0")))
+    except ValueError:
+        return 0.0

@@ -1,0 +1,37 @@
+"""The server's own queue, read from its Prometheus ``/metrics``.
+
+vLLM exports ``vllm:num_requests_waiting`` (requests accepted but not yet scheduled,
+one series per model). While it is above ``engine.remote.max_waiting`` the server is
+already behind on someone's traffic, so the remote engine sends nothing new: batch work
+only fills capacity that nobody else is using. A read that fails leaves the gate open
+(the AIMD window still reacts to 429/503 and timeouts) and shows as -1 in
+``batchpipe_remote_server_waiting``.
+"""
+
+from __future__ import annotations
+
+import math
+
+WAITING_SERIES = "vllm:num_requests_waiting"
+
+
+def waiting(exposition: str, series: str = WAITING_SERIES) -> int | None:
+    """The sum of ``series`` over its label sets in a Prometheus text exposition; None
+    when it is absent or unreadable."""
+    total = 0.0
+    found = False
+    for line in exposition.splitlines():
+        if not line.startswith(series) or line[len(series) : len(series) + 1] not in ("{", " "):
+            continue
+        rest = line[len(series) :]
+        if rest.startswith("{"):  # labels (quoted values may hold spaces): after the last }
+            rest = rest[rest.rfind("}") + 1 :]
+        try:
+            value = float(rest.split()[0])
+        except (IndexError, ValueError):
+            return None
+        if not math.isfinite(value):
+            return None
+        total += value
+        found = True
+    return int(total) if found else None
