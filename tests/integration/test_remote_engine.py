@@ -1,0 +1,122 @@
+"""A worker with ``engine.kind: openai`` on the embedded broker, in front of the stand-in
+server (bench/openai_standin.py): batches submitted and collected as a user does, every
+answer read with the official SDK's types, through a 429 storm and a server that dies."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchpipe import Client
+from bench.openai_standin import StandIn
+from tests.integration.harness import running_worker
+from tests.openai_sdk import ChatCompletion, Completion, Response, sdk_line
+from worker.config import Config, RemoteConfig
+
+pytestmark = pytest.mark.integration
+
+MODEL = "served-model"
+WAIT_S = 300.0  # a bound on a batch of this size, not a pace
+
+
+@pytest.fixture
+def server() -> Iterator[StandIn]:
+    standin = StandIn(model=MODEL, token_s=0.005, max_running=16).start()
+    yield standin
+    standin.stop()
+
+
+def remote_config(config: Config, server: StandIn, **remote: Any) -> Config:
+    settings = replace(
+        RemoteConfig(),
+        base_url=server.base_url,
+        allow_private=True,  # the stand-in listens on 127.0.0.1
+        backoff_s=0.05,
+        backoff_max_s=0.5,
+        **remote,
+    )
+    engine = replace(config.engine, kind="openai", model=MODEL, remote=settings)
+    return replace(config, engine=engine)
+
+
+def line(i: int) -> dict[str, Any]:
+    """Chat, completions and responses lines in turn, each naming the served model."""
+    words = " ".join(f"w{i}-{j}" for j in range(3 + i % 5))
+    if i % 3 == 0:
+        url, body = "/v1/completions", {"prompt": words, "max_tokens": 4}
+    elif i % 3 == 1:
+        url, body = "/v1/responses", {"input": words, "max_output_tokens": 4}
+    else:
+        url, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": words}]}
+        body["max_tokens"] = 4
+    return {"custom_id": f"r{i}", "method": "POST", "url": url, "body": {"model": MODEL, **body}}
+
+
+Lines = list[dict[str, Any]]
+
+
+def run_batch(config: Config, n: int, tmp_path: Path, during: Any = None) -> tuple[Lines, Lines]:
+    """Submit ``n`` lines, run one worker until collect has every answer; the output and
+    error lines. ``during(server_requests_seen)`` is called while it runs."""
+    client = Client(config)
+    receipt = client.submit([line(i) for i in range(n)])
+    output, errors = tmp_path / "out.jsonl", tmp_path / "err.jsonl"
+    with running_worker(config):
+        if during is not None:
+            during()
+        client.collect(receipt.batch_id, output, errors, timeout_s=WAIT_S)
+    out = [json.loads(x) for x in output.read_text().splitlines()]
+    err = [json.loads(x) for x in errors.read_text().splitlines()]
+    ids = [x["custom_id"] for x in out + err]
+    assert sorted(ids) == sorted(f"r{i}" for i in range(n)), "every request answered once"
+    return out, err
+
+
+def test_a_batch_through_a_429_storm_completes_with_every_answer_read_by_the_sdk(
+    kafka_config: Config, server: StandIn, tmp_path: Path
+) -> None:
+    config = remote_config(kafka_config, server, max_retries=30, initial_concurrency=8)
+
+    def storm() -> None:
+        deadline = time.monotonic() + WAIT_S
+        while server.requests < 20:  # the batch is running
+            assert time.monotonic() < deadline, "the worker never reached the server"
+            time.sleep(0.02)
+        server.fail(429, seconds=1.5)
+
+    out, err = run_batch(config, 90, tmp_path, storm)
+    assert err == []
+    parsed = [sdk_line(x) for x in out]
+    kinds = {type(p) for p in parsed}
+    assert kinds == {ChatCompletion, Completion, Response}
+    assert all(getattr(p, "usage", None) is not None for p in parsed)
+    by_id = {x["custom_id"]: x["response"]["body"] for x in out}
+    assert by_id["r2"]["choices"][0]["message"]["content"] == "w2-0 w2-1 w2-2 w2-3"
+    assert by_id["r0"]["usage"]["prompt_tokens"] == len("w0-0 w0-1 w0-2") // 4 + 1
+
+
+def test_a_server_that_dies_mid_batch_leaves_every_request_answered_once(
+    kafka_config: Config, server: StandIn, tmp_path: Path
+) -> None:
+    config = remote_config(kafka_config, server, max_retries=2)
+    server.token_s = 0.05  # slow enough that the death lands mid-batch
+
+    def die() -> None:
+        deadline = time.monotonic() + WAIT_S
+        while server.requests < 10:
+            assert time.monotonic() < deadline, "the worker never reached the server"
+            time.sleep(0.02)
+        server.stop()
+
+    out, err = run_batch(config, 60, tmp_path, die)
+    assert err and len(out) < 60, "requests sent after the death failed"
+    for x in err:
+        error = x["error"]
+        assert error["code"] == "5000" and "connection" in error["message"], error
+        sdk_line(x)
