@@ -26,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
+import httpx
 from confluent_kafka import KafkaException
 
 from batchpipe.batchfile import FileLimits
@@ -307,6 +308,24 @@ def build_parser() -> argparse.ArgumentParser:
     _route_option(serve, "POST /v1/batches answers 400 for a model without a route")
     serve.set_defaults(func=_serve)
 
+    retry = commands.add_parser(
+        "retry",
+        parents=[common],
+        help="a new batch of an ended batch's lines that failed in the engine (batchpipe serve)",
+        description="Ask batchpipe serve for a new batch of the lines of BATCH_ID whose "
+        "error was the engine's (5xxx), linked to it by metadata.batchpipe_retry_of; "
+        "print the new batch's id, and list on stderr every other error line with why it "
+        "is not retried (bad input, a cancelled or expired batch). Exit 1 when no line "
+        "is worth retrying. The key: --api-key, else OPENAI_API_KEY (as the SDK reads it).",
+        formatter_class=_FORMATTER,
+    )
+    retry.add_argument("batch_id", metavar="BATCH_ID", help="an ended batch of the API")
+    retry.add_argument(
+        "--url", help="the server's base URL (default: http://api.host:api.port of the config)"
+    )
+    retry.add_argument("--api-key", metavar="KEY", help="the batch owner's API key")
+    retry.set_defaults(func=_retry)
+
     demo = commands.add_parser(
         "demo",
         parents=[common],
@@ -476,6 +495,28 @@ def _status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _retry(args: argparse.Namespace) -> int:
+    api = load(args).api
+    url = (args.url or f"http://{api.host}:{api.port}").rstrip("/")
+    key = args.api_key or os.environ.get("OPENAI_API_KEY")
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    answer = httpx.post(f"{url}/v1/batches/{args.batch_id}/retry", headers=headers, timeout=60)
+    doc = answer.json()
+    if answer.status_code != 200:
+        _report(f"{answer.status_code}: {doc.get('error', {}).get('message', doc)}")
+        return EXIT_FAILED
+    for line in doc["not_retried"]:
+        print(
+            f"not retried: {line['custom_id']} ({line['code']}): {line['reason']}", file=sys.stderr
+        )
+    if doc["batch"] is None:
+        _report(f"no line of {args.batch_id} failed in the engine; nothing to retry")
+        return EXIT_FAILED
+    print(doc["batch"]["id"])
+    print(f"{doc['retried']} lines of {args.batch_id} retried", file=sys.stderr)
+    return EXIT_OK
+
+
 def _exit_code(exc: BatchpipeError) -> int:
     """Bad input (the project's ``ValueError`` kinds: :class:`~worker.config.ConfigError`,
     :class:`~batchpipe.batchfile.BatchFileError`; nothing was published) is 2, a
@@ -502,7 +543,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # a file that cannot be read or written
         _report(str(exc))
         return EXIT_USAGE
-    except KafkaException as exc:
+    except (KafkaException, httpx.HTTPError) as exc:
         _report(str(exc))
         return EXIT_FAILED
     except KeyboardInterrupt:

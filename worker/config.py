@@ -199,6 +199,15 @@ class ApiConfig:
     # (prompt + max_tokens) its unfinished batches may hold; empty: no limit
     # (batchpipe/api/quota.py)
     max_enqueued_tokens: Mapping[str, int] = field(default_factory=dict)
+    # webhooks (batchpipe/api/webhooks, docs/api.md "Webhooks"): a key's owner ->
+    # {url, events, secret_env | secret_file}; the secret itself is never in this file
+    webhooks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # networks a webhook URL may reach although loopback, link-local or private (CIDR)
+    webhook_allow_networks: tuple[str, ...] = ()
+    webhook_timeout_s: float = 10.0  # one delivery attempt, connect to last byte
+    webhook_backoff_s: float = 5.0  # first retry's delay; doubled each time, full jitter
+    webhook_backoff_max_s: float = 3600.0  # the longest delay between two attempts
+    webhook_give_up_after_s: float = 72 * 3600.0  # retries stop this long after the event
 
 
 @dataclass(frozen=True)
@@ -247,6 +256,8 @@ class Config:
 def _plain(value: Any) -> Any:  # MappingProxy/dict → plain dicts, for YAML, JSON and the schema
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):  # tuple fields are arrays in the schema
+        return [_plain(v) for v in value]
     return value
 
 
@@ -507,7 +518,11 @@ def _build(cls: type[Any], doc: Mapping[str, Any]) -> Any:
             continue
         value = doc[f.name]
         default = cls.__dataclass_fields__[f.name].default
-        kwargs[f.name] = _build(type(default), value) if is_dataclass(default) else value
+        if is_dataclass(default):
+            value = _build(type(default), value)
+        elif isinstance(default, tuple):
+            value = tuple(value)
+        kwargs[f.name] = value
     return cls(**kwargs)
 
 

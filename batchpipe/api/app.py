@@ -28,7 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from batchpipe.api import batches, files
+from batchpipe.api import batches, files, retry
 from batchpipe.api.auth import LOCAL_OWNER, Keys
 from batchpipe.api.console import console_router
 from batchpipe.api.context import Services, file_limits
@@ -39,6 +39,7 @@ from batchpipe.api.lifecycle import Lifecycle
 from batchpipe.api.metrics import ApiMetrics
 from batchpipe.api.state import KafkaUnavailable, StaleRecord, StateTopic
 from batchpipe.api.store import open_store
+from batchpipe.api.webhooks.service import Webhooks
 from worker import __version__
 from worker.config import Config
 
@@ -52,15 +53,19 @@ def _start(config: Config, keys: Keys) -> Services:
     state = StateTopic(config.kafka)
     state.start()
     store = open_store(config.api)
+    metrics = ApiMetrics()
+    webhooks = Webhooks(config, metrics.registry)
     svc = Services(
         config=config,
         keys=keys,
         state=state,
         store=store,
         lifecycle=Lifecycle(config, state, store, file_limits(config.api)),
-        metrics=ApiMetrics(),
+        metrics=metrics,
+        webhooks=webhooks,
     )
     svc.lifecycle.start()
+    webhooks.start()
     return svc
 
 
@@ -82,6 +87,8 @@ def create_app(
         try:
             yield
         finally:
+            if svc.webhooks is not None:
+                svc.webhooks.close()
             svc.lifecycle.close()
             svc.state.close()
             probe_pool.shutdown(wait=False, cancel_futures=True)
@@ -96,6 +103,7 @@ def create_app(
     )
     app.include_router(files.router)
     app.include_router(batches.router)
+    app.include_router(retry.router)
     app.include_router(console_router(config.api, open_mode=keys.open))
     app.add_middleware(Guard, limit=body_limit(config.api), open=keys.open)
 

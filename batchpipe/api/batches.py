@@ -66,12 +66,13 @@ def _metadata(value: Any) -> dict[str, str]:
     return dict(value)
 
 
-def _render(svc: Services, batch: BatchRecord) -> dict[str, Any]:
+def render(svc: Services, batch: BatchRecord) -> dict[str, Any]:
     counts, usage = svc.lifecycle.progress(batch)
     return batch.to_openai(counts, usage)
 
 
-def _new_batch(svc: Services, body: Mapping[str, Any], who: str) -> BatchRecord:
+def create_from(svc: Services, body: Mapping[str, Any], who: str) -> BatchRecord:
+    """A new batch from a create request's body (``POST /v1/batches``, and a retry's)."""
     unknown = sorted(set(body) - _FIELDS)
     if unknown:
         raise bad_request(f"{unknown[0]}: unknown parameter", unknown[0])
@@ -175,12 +176,12 @@ async def create_batch(request: Request, who: str = Depends(owner)) -> dict[str,
     if not isinstance(body, dict):
         raise bad_request("the body must be a JSON object")
     # in a worker thread: it waits on Kafka and on locks Kafka writes hold
-    batch = await run_in_threadpool(_new_batch, svc, body, who)
+    batch = await run_in_threadpool(create_from, svc, body, who)
     svc.metrics.batch_created()
-    return _render(svc, batch)
+    return render(svc, batch)
 
 
-def _mine(svc: Services, batch_id: str, who: str) -> BatchRecord:
+def mine(svc: Services, batch_id: str, who: str) -> BatchRecord:
     batch = svc.state.batch(batch_id)
     if batch is None or batch.owner != who:
         raise not_found("batch", batch_id, "batch_id")
@@ -195,19 +196,19 @@ def list_batches(
     limit: int = Query(20, ge=1, le=100),
 ) -> dict[str, Any]:
     svc = services(request)
-    return page(svc.state.batches(who), after, limit, lambda b: _render(svc, b))
+    return page(svc.state.batches(who), after, limit, lambda b: render(svc, b))
 
 
 @router.get("/v1/batches/{batch_id}")
 def retrieve_batch(batch_id: str, request: Request, who: str = Depends(owner)) -> dict[str, Any]:
     svc = services(request)
-    return _render(svc, _mine(svc, batch_id, who))
+    return render(svc, mine(svc, batch_id, who))
 
 
 @router.post("/v1/batches/{batch_id}/cancel")
 def cancel_batch(batch_id: str, request: Request, who: str = Depends(owner)) -> dict[str, Any]:
     svc = services(request)
-    batch, cancelled = svc.lifecycle.cancel(_mine(svc, batch_id, who).id)
+    batch, cancelled = svc.lifecycle.cancel(mine(svc, batch_id, who).id)
     if not cancelled:
         raise ApiError(
             409,
@@ -215,4 +216,4 @@ def cancel_batch(batch_id: str, request: Request, who: str = Depends(owner)) -> 
             param="batch_id",
             code="batch_not_cancellable",
         )
-    return _render(svc, batch)
+    return render(svc, batch)

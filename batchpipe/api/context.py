@@ -18,6 +18,7 @@ from worker.routing import RoutingTable
 if TYPE_CHECKING:
     from batchpipe.api.lifecycle import Lifecycle
     from batchpipe.api.metrics import ApiMetrics
+    from batchpipe.api.webhooks.service import Webhooks
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Services:
     store: FileStore
     lifecycle: Lifecycle
     metrics: ApiMetrics
+    webhooks: Webhooks | None = None  # None: the unit tests' in-memory server
 
     @property
     def limits(self) -> FileLimits:

@@ -63,11 +63,14 @@ def _copy(source: BinaryIO, target: Path, limits: FileLimits) -> int:
     return size
 
 
-def _stage(svc: Services, upload: UploadFile, who: str, expires_after: int | None) -> FileRecord:
-    """Validate the upload and store it; nothing is stored when it is refused."""
+def store_file(
+    svc: Services, source: BinaryIO, filename: str, who: str, expires_after: int | None
+) -> FileRecord:
+    """Validate an input file (an upload; a retry's lines, :mod:`batchpipe.api.retry`)
+    and store it; nothing is stored when it is refused."""
     limits = svc.limits
     with svc.store.staging() as staged:
-        size = _copy(upload.file, staged, limits)
+        size = _copy(source, staged, limits)
         try:
             scan = scan_file(staged, limits)
         except BatchFileError as exc:
@@ -78,7 +81,7 @@ def _stage(svc: Services, upload: UploadFile, who: str, expires_after: int | Non
             count = len(exc.problems) + exc.unlisted
             more = f"; and {exc.unlisted} more not listed" if exc.unlisted else ""
             raise bad_request(
-                f"{upload.filename or 'file'}: {count} "
+                f"{filename}: {count} "
                 f"problem{'s' if count != 1 else ''}, nothing was stored: {problems}{more}",
                 param="file",
                 code="invalid_file",
@@ -87,7 +90,7 @@ def _stage(svc: Services, upload: UploadFile, who: str, expires_after: int | Non
         record = FileRecord(
             id=new_file_id(),
             owner=who,
-            filename=upload.filename or "upload.jsonl",
+            filename=filename,
             size=size,
             created_at=created,
             purpose="batch",
@@ -134,7 +137,8 @@ async def create_file(request: Request, who: str = Depends(owner)) -> dict[str, 
             )
         if not isinstance(upload, UploadFile):
             raise bad_request("file: a multipart file part named 'file' is required", "file")
-        record = await run_in_threadpool(_stage, svc, upload, who, expires_after)
+        name = upload.filename or "upload.jsonl"
+        record = await run_in_threadpool(store_file, svc, upload.file, name, who, expires_after)
     finally:
         await form.close()
     svc.metrics.uploaded(record.size)

@@ -394,6 +394,7 @@ function showBatch(batch) {
     ...field("Metadata", Object.keys(batch.metadata || {}).length ? JSON.stringify(batch.metadata) : "—"),
   );
   $("cancel").disabled = !CANCELLABLE.has(batch.status);
+  $("retry").disabled = !(TERMINAL.has(batch.status) && c.failed > 0);
   const validation = batch.errors ? batch.errors.data : [];
   $("batch-errors").replaceChildren(
     ...validation.map((e) =>
@@ -461,6 +462,23 @@ function batchPage() {
   $("cancel").addEventListener("click", (e) =>
     act(e.currentTarget, () => api("POST", `${path}/cancel`), "Cancel requested."),
   );
+  $("retry").addEventListener("click", async (e) => {
+    e.currentTarget.disabled = true;
+    try {
+      const answer = await (await api("POST", `${path}/retry`)).json();
+      const kept = answer.not_retried.map((l) => `${l.custom_id} (${l.code}): ${l.reason}`);
+      const why = kept.length ? ` Not retried: ${kept.slice(0, 5).join("; ")}${kept.length > 5 ? ` and ${kept.length - 5} more` : ""}.` : "";
+      const status = $("action-status");
+      if (!answer.batch) {
+        status.textContent = `No line failed in the engine; nothing to retry.${why}`;
+        return;
+      }
+      const link = el("a", { href: `/batches/${encodeURIComponent(answer.batch.id)}`, text: answer.batch.id });
+      status.replaceChildren(`${answer.retried} lines retried as batch `, link, `.${why}`);
+    } catch (error) {
+      $("action-status").textContent = error.message;
+    }
+  });
   refresh();
 }
 

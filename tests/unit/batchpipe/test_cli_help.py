@@ -57,6 +57,7 @@ HELP = {
         "--since",
         "--route",
     ],
+    "retry": [*COMMON, "--url", "--api-key", "OPENAI_API_KEY", "5xxx", "batchpipe_retry_of"],
     "demo": [*COMMON, "--requests", "--out-dir", "examples/requests.jsonl"],
 }
 

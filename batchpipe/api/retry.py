@@ -1,0 +1,130 @@
+"""``POST /v1/batches/{id}/retry`` (a batchpipe extension; ``batchpipe retry`` and the
+console's batch page call it): a new batch of the lines of an ended batch that are worth
+running again.
+
+A line is worth retrying when its error is the engine's (5xxx: the engine failed on it,
+or hung) — running it again may succeed. Every other error line is listed with why not:
+bad input (4001-4003) fails the same way again, and a line that missed its deadline, or
+whose batch was cancelled or expired (4004-4006), was stopped on purpose. The new batch
+reads a new input file of exactly the retried lines, as they were in the first batch's
+input, and carries ``metadata.batchpipe_retry_of`` = the first batch's id (with the
+first batch's other metadata, up to the 16 pairs a batch holds). The first batch's input
+file must still be there (an expired or deleted input is a 409 ``input_file_missing``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+
+from batchpipe.api.batches import MAX_METADATA_PAIRS, create_from, mine, render
+from batchpipe.api.context import Services, owner, services
+from batchpipe.api.errors import ApiError
+from batchpipe.api.files import store_file
+from batchpipe.api.records import BatchRecord
+from batchpipe.api.retention import expired
+from worker.errors import ErrorCode
+
+router = APIRouter()
+
+RETRY_OF = "batchpipe_retry_of"
+_WHY: dict[int, str] = {
+    ErrorCode.MALFORMED: "malformed input: it would fail the same way again",
+    ErrorCode.INVALID_PARAMETER: "an invalid parameter: it would fail the same way again",
+    ErrorCode.OVER_LIMIT: "over a limit: it would fail the same way again",
+    ErrorCode.DEADLINE_EXCEEDED: "its deadline passed before it ran",
+    ErrorCode.BATCH_CANCELLED: "its batch was cancelled",
+    ErrorCode.BATCH_EXPIRED: "its batch expired before it ran",
+}
+
+
+def _errors(svc: Services, batch: BatchRecord) -> Iterator[dict[str, Any]]:
+    if batch.error_file_id is None:
+        return
+    with svc.store.local_copy(batch.error_file_id) as path:
+        text = path.read_text(encoding="utf-8")
+    for line in text.splitlines():
+        if line.strip():
+            yield json.loads(line)
+
+
+def _why_not(code: str) -> str | None:
+    """None for an engine failure (retried); else why the line is not retried."""
+    number = int(code) if code.isdigit() else 0
+    if 5000 <= number < 6000:
+        return None
+    return _WHY.get(number, f"error {code} is not an engine failure")
+
+
+def split(svc: Services, batch: BatchRecord) -> tuple[set[str], list[dict[str, str]]]:
+    """The custom_ids to retry, and the other error lines with why they are not."""
+    retry: set[str] = set()
+    kept: list[dict[str, str]] = []
+    for line in _errors(svc, batch):
+        custom_id, code = str(line.get("custom_id")), str((line.get("error") or {}).get("code"))
+        why = _why_not(code)
+        if why is None:
+            retry.add(custom_id)
+        else:
+            kept.append({"custom_id": custom_id, "code": code, "reason": why})
+    return retry, kept
+
+
+def _lines(path: Path, custom_ids: set[str]) -> bytes:
+    chosen = [
+        line
+        for line in path.read_bytes().splitlines(keepends=True)
+        if line.strip() and json.loads(line).get("custom_id") in custom_ids
+    ]
+    return b"".join(chosen)
+
+
+def _retry(svc: Services, batch: BatchRecord, who: str) -> dict[str, Any]:
+    if not batch.terminal:
+        raise ApiError(
+            409, f"batch {batch.id} is {batch.status}; retry it once it has ended",
+            param="batch_id", code="batch_not_ended",
+        )  # fmt: skip
+    retry, kept = split(svc, batch)
+    answer: dict[str, Any] = {"object": "batchpipe.retry", "retry_of": batch.id, "batch": None,
+                              "retried": len(retry), "not_retried": kept}  # fmt: skip
+    if not retry:
+        return answer
+    source = svc.state.file(batch.input_file_id)
+    try:
+        if source is None or expired(source):
+            raise FileNotFoundError(batch.input_file_id)
+        with svc.store.local_copy(batch.input_file_id) as path:
+            chosen = _lines(path, retry)
+    except FileNotFoundError as exc:
+        raise ApiError(
+            409, f"the input file {batch.input_file_id} of batch {batch.id} is gone (expired "
+            "or deleted), so its lines cannot be run again",
+            param="batch_id", code="input_file_missing",
+        ) from exc  # fmt: skip
+    name = f"retry-of-{batch.id}.jsonl"
+    file = store_file(svc, io.BytesIO(chosen), name, who, batch.output_expires_after)
+    others = [(k, v) for k, v in batch.metadata.items() if k != RETRY_OF]
+    metadata = dict([*others[: MAX_METADATA_PAIRS - 1], (RETRY_OF, batch.id)])
+    body = {
+        "input_file_id": file.id,
+        "endpoint": batch.endpoint,
+        "completion_window": batch.completion_window,
+        "metadata": metadata,
+    }
+    answer["batch"] = render(svc, create_from(svc, body, who))
+    return answer
+
+
+@router.post("/v1/batches/{batch_id}/retry")
+def retry_batch(batch_id: str, request: Request, who: str = Depends(owner)) -> dict[str, Any]:
+    svc = services(request)
+    answer = _retry(svc, mine(svc, batch_id, who), who)
+    if answer["batch"] is not None:
+        svc.metrics.batch_created()
+    return answer

@@ -1,0 +1,121 @@
+"""Events and their signatures, judged by the official SDK's ``client.webhooks.unwrap``;
+the endpoints' secrets read from the environment or a file, never shown."""
+
+from __future__ import annotations
+
+import base64
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from openai import InvalidWebhookSignatureError, OpenAI
+from openai.types.webhooks import (
+    BatchCancelledWebhookEvent,
+    BatchCompletedWebhookEvent,
+    BatchExpiredWebhookEvent,
+    BatchFailedWebhookEvent,
+)
+
+from batchpipe.api.records import BatchRecord
+from batchpipe.api.webhooks.endpoints import EVENTS, load_endpoints
+from batchpipe.api.webhooks.signing import event_of, secret_key, signed_headers
+from worker.config import ApiConfig, ConfigError
+
+SECRET = "whsec_" + base64.b64encode(b"a secret of thirty-two bytes....").decode()
+BATCH = BatchRecord("batch_1", "alice", "file-1", "/v1/chat/completions", "24h", 100, 86500)
+
+
+BatchEnd = (
+    BatchCompletedWebhookEvent
+    | BatchFailedWebhookEvent
+    | BatchExpiredWebhookEvent
+    | BatchCancelledWebhookEvent
+)
+
+
+def ended(status: str) -> BatchRecord:
+    return replace(BATCH, status=status, **{f"{status}_at": 200})  # type: ignore[arg-type]
+
+
+def delivery(batch: BatchRecord, secret: str = SECRET) -> tuple[bytes, dict[str, str]]:
+    event = event_of(batch)
+    body = event.body()
+    return body, dict(signed_headers(secret_key(secret), event.webhook_id, int(time.time()), body))
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        ("completed", BatchCompletedWebhookEvent),
+        ("failed", BatchFailedWebhookEvent),
+        ("expired", BatchExpiredWebhookEvent),
+        ("cancelled", BatchCancelledWebhookEvent),
+    ],
+)
+def test_the_sdk_unwraps_each_end_into_its_type(status: str, kind: type) -> None:
+    body, headers = delivery(ended(status))
+    event = OpenAI(api_key="unused").webhooks.unwrap(body, headers, secret=SECRET)
+    assert isinstance(event, kind)
+    assert isinstance(event, BatchEnd)
+    assert (event.type, event.data.id, event.created_at) == (f"batch.{status}", "batch_1", 200)
+    assert headers["webhook-id"] == "wh_" + event.id.removeprefix("evt_")
+
+
+def test_a_wrong_secret_or_a_changed_body_is_refused() -> None:
+    body, headers = delivery(ended("completed"))
+    sdk = OpenAI(api_key="unused").webhooks
+    other = "whsec_" + base64.b64encode(b"another secret").decode()
+    with pytest.raises(InvalidWebhookSignatureError):
+        sdk.unwrap(body, headers, secret=other)
+    with pytest.raises(InvalidWebhookSignatureError):
+        sdk.unwrap(body.replace(b"batch_1", b"batch_2"), headers, secret=SECRET)
+
+
+def test_a_plain_text_secret_signs_as_the_sdk_reads_it() -> None:
+    body, headers = delivery(ended("failed"), secret="plain-text-secret")
+    event = OpenAI(api_key="unused").webhooks.unwrap(body, headers, secret="plain-text-secret")
+    assert event.type == "batch.failed"
+
+
+def test_one_change_is_one_event_id_whoever_builds_it() -> None:
+    assert event_of(ended("completed")) == event_of(replace(ended("completed"), version=7))
+    assert event_of(ended("completed")).id != event_of(ended("failed")).id
+    assert event_of(BATCH).type == "batch.validating" and event_of(BATCH).created_at == 100
+
+
+def test_secrets_come_from_the_environment_or_a_file_and_are_never_shown(tmp_path: Path) -> None:
+    secret_file = tmp_path / "bob.secret"
+    secret_file.write_text("bob-secret\n")
+    api = ApiConfig(
+        webhooks={
+            "alice": {"url": "https://a.example/h", "secret_env": "ALICE_HOOK"},
+            "bob": {
+                "url": "https://b.example/h",
+                "events": ["batch.failed"],
+                "secret_file": str(secret_file),
+            },
+        }
+    )
+    found = load_endpoints(api, {"ALICE_HOOK": SECRET})
+    assert found["alice"].key == b"a secret of thirty-two bytes...."
+    assert found["alice"].events == frozenset(EVENTS)
+    assert (found["bob"].key, found["bob"].events) == (b"bob-secret", frozenset({"batch.failed"}))
+    assert "secret" not in repr(found["alice"]) and "thirty" not in repr(found)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"url": "https://a.example/h"}, "exactly one of secret_env and secret_file"),
+        ({"url": "https://a.example/h", "secret_env": "NOT_SET"}, "environment variable NOT_SET"),
+        ({"url": "https://a.example/h", "secret_file": "/nonexistent"}, "cannot read"),
+        ({"url": "https://a.example/h", "secret_env": "BAD"}, "not usable"),
+    ],
+)
+def test_an_unusable_secret_stops_the_start_naming_the_entry(
+    spec: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as raised:
+        load_endpoints(ApiConfig(webhooks={"alice": spec}), {"BAD": "whsec_not base64!"})
+    assert "api.webhooks.alice" in str(raised.value)
