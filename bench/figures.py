@@ -249,6 +249,32 @@ def fairness_headline(r: Result) -> str:
     )
 
 
+def remote_short(r: Result) -> str:
+    t, c = r["throughput"], r["coexist"]
+    return (
+        f"**{x(t['batchpipe_vs_best_direct'])}** the best fixed-concurrency client's "
+        f"requests/s; interactive P99 with batch work on top {x(c['aimd']['p99_vs_alone'])} "
+        f"of alone with AIMD, {x(c['fixed']['p99_vs_alone'])} with a fixed window"
+    )
+
+
+def remote_headline(r: Result) -> str:
+    t, c = r["throughput"], r["coexist"]
+    direct = ", ".join(f"{k}: {v}" for k, v in t["direct_requests_per_s"].items())
+    rows = "; ".join(
+        f"{name}: interactive P50/P99 {c[name]['interactive_p50_ms']:.0f}/"
+        f"{c[name]['interactive_p99_ms']:.0f} ms ({x(c[name]['p99_vs_alone'])} of alone), "
+        f"batch {c[name]['batch_per_s']['idle']} answers/s idle, "
+        f"{c[name]['batch_per_s']['burst']} in bursts"
+        for name in ("aimd", "fixed")
+    )
+    return (
+        f"direct client req/s by concurrency {direct}; batchpipe {t['batchpipe_requests_per_s']} "
+        f"req/s ({x(t['batchpipe_vs_best_direct'])} the best); alone: interactive P50/P99 "
+        f"{c['alone']['interactive_p50_ms']:.0f}/{c['alone']['interactive_p99_ms']:.0f} ms; {rows}"
+    )
+
+
 README_ROWS: tuple[tuple[str, str, Describe], ...] = (
     ("batching vs one request at a time, SmolLM2 on CPU", "realtime", realtime_short),
     ("batchpipe vs the same engine fed directly, no Kafka", "realtime", ideal_short),
@@ -268,6 +294,7 @@ README_ROWS: tuple[tuple[str, str, Describe], ...] = (
     ),
     ("latency at half and a tenth of capacity, echo engine", "latency", latency_short),
     ("fair share: small batches behind a large one", "fairness", fairness_short),
+    ("remote engine (engine.kind openai) in front of a paced server", "remote", remote_short),
 )
 
 
@@ -636,5 +663,20 @@ BENCHES: tuple[Bench, ...] = (
             f"{r['setup']['every_s']} s behind {n(r['setup']['large'])}"
         ),
         fairness_headline,
+    ),
+    Bench(
+        "remote.py",
+        "remote",
+        "python -m bench.remote",
+        "a server batchpipe does not host: throughput against a direct client, and "
+        "interactive latency with batch work on top (issue 35)",
+        lambda r: (
+            f"stand-in server at {r['setup']['token_s'] * 1000:.0f} ms a step + "
+            f"{r['setup']['per_seq_s'] * 1000:.1f} ms a sequence, {r['setup']['max_running']} "
+            f"running at most; {r['setup']['interactive_clients']} interactive clients, "
+            f"{r['setup']['burst_s']:.0f} s bursts and {r['setup']['idle_s']:.0f} s idle × "
+            f"{r['setup']['cycles']}"
+        ),
+        remote_headline,
     ),
 )

@@ -53,6 +53,7 @@ class StandIn:
     max_running: int = 64
     port: int = 0
     requests: int = 0  # requests received (every endpoint but /models and /metrics)
+    completed: int = 0  # generation requests answered
     hang: bool = False
     authorization: str = ""  # the last request's Authorization header
     _fail_status: int = 0
@@ -107,6 +108,7 @@ class StandIn:
         lines = [
             f'vllm:num_requests_waiting{{model_name="{self.model}"}} {float(self.waiting)}',
             f'vllm:num_requests_running{{model_name="{self.model}"}} {float(self.running)}',
+            f"standin_completed_total {float(self.completed)}",
         ]
         return PlainTextResponse("\n".join(lines) + "\n")
 
@@ -140,6 +142,7 @@ class StandIn:
         assert self._wake is not None
         self._wake.set()
         await sequence.done
+        self.completed += 1
         text = " ".join(words[: sequence.produced])
         finish = "length" if sequence.produced < len(words) else "stop"
         usage = {"prompt_tokens": len(prompt) // 4 + 1, "completion_tokens": sequence.produced}
@@ -285,9 +288,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--model", default="standin")
     parser.add_argument("--token-s", type=float, default=0.01)
+    parser.add_argument("--per-seq-s", type=float, default=0.0)
     parser.add_argument("--max-running", type=int, default=64)
     args = parser.parse_args()
-    server = StandIn(args.model, args.token_s, max_running=args.max_running, port=args.port)
+    server = StandIn(
+        args.model, args.token_s, args.per_seq_s, max_running=args.max_running, port=args.port
+    )
     server.start()
     print(server.base_url, flush=True)
     threading.Event().wait()

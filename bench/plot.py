@@ -313,6 +313,25 @@ def fairness(result: Result, axes: list[Axes]) -> None:
     )
 
 
+def remote(result: Result, axes: list[Axes]) -> None:
+    t, c = result["throughput"], result["coexist"]
+    direct = t["direct_requests_per_s"]
+    _bars(
+        axes[0],
+        [*(f"direct, {k} in flight" for k in direct), "through batchpipe"],
+        [*direct.values(), t["batchpipe_requests_per_s"]],
+        "one batch against the stand-in server",
+        "requests/s",
+    )
+    _bars(
+        axes[1],
+        ["alone", "+ batch, AIMD", "+ batch, fixed window"],
+        [c[name]["interactive_p99_ms"] for name in ("alone", "aimd", "fixed")],
+        "interactive P99 in bursts",
+        "ms",
+    )
+
+
 CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
     "overhead": overhead,
     "realtime": realtime,
@@ -328,6 +347,7 @@ CHARTS: dict[str, Callable[[Result, list[Axes]], None]] = {
     "broker_earliest": broker_earliest,
     "latency": latency,
     "fairness": fairness,
+    "remote": remote,
 }
 
 

@@ -39,6 +39,7 @@ BENCHMARKS = (
     "broker_earliest",
     "latency",
     "fairness",
+    "remote",
 )
 
 

@@ -14,9 +14,11 @@ import pytest
 from bench import run_all
 
 BENCH = Path(run_all.__file__).resolve().parent
-# shared helpers, the charts, the published figures, the runner itself, and the check for a
-# machine with a GPU (gpu_check and its sections)
+# shared helpers, the charts, the published figures, the runner itself, the stand-in OpenAI
+# server (bench.remote's and the tests'), and the check for a machine with a GPU (gpu_check
+# and its sections)
 NOT_BENCHMARKS = {"__init__", "common", "plot", "figures", "tables", "run_all"} | {
+    "openai_standin",
     "gpu_check",
     "gpu_check_hf",
     "gpu_check_engines",

@@ -328,6 +328,9 @@ class RemoteEngine(InFlightEngine):
             with self._cond:
                 self._stats.server_waiting = -1 if depth is None else depth
                 self._gate_closed = depth is not None and depth > r.max_waiting
+                if self._gate_closed:  # someone's requests queue: batch work backs off too
+                    now = time.monotonic()
+                    self._window.on_overload(now, now)
             await asyncio.sleep(r.metrics_interval_ms / 1000.0)
 
 

@@ -2,8 +2,9 @@
 
 vLLM exports ``vllm:num_requests_waiting`` (requests accepted but not yet scheduled,
 one series per model). While it is above ``engine.remote.max_waiting`` the server is
-already behind on someone's traffic, so the remote engine sends nothing new: batch work
-only fills capacity that nobody else is using. A read that fails leaves the gate open
+already behind on someone's traffic, so the remote engine sends nothing new and halves its
+AIMD window at each reading that finds a queue: batch work only fills capacity that nobody
+else is using, and shrinks while interactive requests wait. A read that fails leaves the gate open
 (the AIMD window still reacts to 429/503 and timeouts) and shows as -1 in
 ``batchpipe_remote_server_waiting``.
 """

@@ -45,8 +45,11 @@ def test_inputs_sharing_a_system_message_share_a_prefix_and_ids_estimate_tokens(
     assert pack(chat) != pack(responses), "the endpoint is part of the input"
 
 
-def test_the_window_halves_once_per_round_and_grows_one_per_window() -> None:
-    w = ConcurrencyWindow(minimum=1, maximum=32, initial=16)
+def test_the_window_starts_slow_then_halves_once_per_round_and_grows_one_per_window() -> None:
+    w = ConcurrencyWindow(minimum=1, maximum=32, initial=4)
+    for _ in range(12):  # slow start: one more per success, so it doubles every round
+        w.on_success(sent_at=0.1, answered_at=0.2)
+    assert w.limit == 16
     w.on_overload(sent_at=1.0, now=2.0)
     assert w.limit == 8
     w.on_overload(sent_at=1.5, now=2.1)  # sent before the cut: the old window's verdict
