@@ -214,3 +214,22 @@ def test_load_refuses_private_targets_unknown_models_and_sends_the_key(
     finally:
         engine.close()
     assert server.authorization == "Bearer sk-test"
+
+
+def test_embeddings_go_to_the_embeddings_endpoint_with_their_dimensions(server: StandIn) -> None:
+    settings = replace(RemoteConfig(), base_url=server.base_url, allow_private=True)
+    config = EngineConfig(kind="openai", model="m", task="embed", remote=settings)
+    engine = create_engine(config, BatchingConfig())
+    engine.load()
+    try:
+        assert isinstance(engine, RemoteEngine) and engine.endpoints == {"embeddings"}
+        request = InferenceRequest("k", embedding_inputs=("a cat", "a dog"), dimensions=4)
+        inputs = engine.encode_inputs(request)
+        flat = tuple(i for ids in inputs for i in ids)
+        engine.submit(EngineInput("k", flat, resolved(max_tokens=0), inputs))
+        c = collect(engine, {"k"})["k"]
+        assert c.error is None and len(c.embeddings) == 2
+        assert all(len(v) == 4 for v in c.embeddings) and c.embeddings[0] != c.embeddings[1]
+        assert c.prompt_tokens == (len("a cat") // 4 + 1) + (len("a dog") // 4 + 1)
+    finally:
+        engine.close()
