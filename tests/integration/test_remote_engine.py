@@ -17,7 +17,9 @@ from batchpipe import Client
 from bench.openai_standin import StandIn
 from tests.integration.harness import running_worker
 from tests.openai_sdk import ChatCompletion, Completion, Response, sdk_line
+from worker.cancellations import Stop, announce
 from worker.config import Config, RemoteConfig
+from worker.engines.remote.engine import RemoteEngine
 
 pytestmark = pytest.mark.integration
 
@@ -120,3 +122,26 @@ def test_a_server_that_dies_mid_batch_leaves_every_request_answered_once(
         error = x["error"]
         assert error["code"] == "5000" and "connection" in error["message"], error
         sdk_line(x)
+
+
+def test_cancelling_a_batch_closes_its_calls_to_the_server(
+    kafka_config: Config, server: StandIn
+) -> None:
+    config = remote_config(kafka_config, server, initial_concurrency=4)
+    server.hang = True  # every call stays open until the worker closes it
+    client = Client(config)
+    receipt = client.submit([line(i) for i in range(8)])
+    with running_worker(config) as worker:
+        engine = worker.engine
+        assert isinstance(engine, RemoteEngine)
+        deadline = time.monotonic() + WAIT_S
+        while server.requests < 4:  # the window's four calls are open on the server
+            assert time.monotonic() < deadline, "the worker never reached the server"
+            time.sleep(0.02)
+        announce(config.kafka, Stop(receipt.batch_id, "cancelled", time.time()))
+        results = list(client.results(receipt.batch_id, timeout_s=WAIT_S))
+        assert sorted(r.custom_id for r in results) == sorted(f"r{i}" for i in range(8))
+        assert {r.error.code for r in results if r.error} == {4005}
+        assert engine.capacity().sequences == 4, "the aborted calls gave their room back"
+        assert engine._snapshot().in_flight == 0
+    assert server.requests == 4, "no call was sent for a cancelled request"
