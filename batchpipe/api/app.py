@@ -49,12 +49,16 @@ _START_TIMEOUT_S = 60.0
 _STORE_CHECK_S = 2.0  # longest /readyz waits for the file store
 
 
+def _owners(keys: Keys) -> list[str]:
+    return [LOCAL_OWNER] if keys.open else list(keys.by_key.values())
+
+
 def _start(config: Config, keys: Keys) -> Services:
     state = StateTopic(config.kafka)
     state.start()
     store = open_store(config.api)
     metrics = ApiMetrics()
-    webhooks = Webhooks(config, metrics.registry)
+    webhooks = Webhooks(config, metrics.registry, _owners(keys))
     svc = Services(
         config=config,
         keys=keys,
@@ -184,8 +188,7 @@ def create_app(
     @app.get("/metrics")
     def metrics(request: Request) -> Response:
         svc: Services = request.app.state.services
-        owners = [LOCAL_OWNER] if svc.keys.open else svc.keys.by_key.values()
-        per_key = key_exposition(owners, svc.state.batches(), svc.lifecycle.progress)
+        per_key = key_exposition(_owners(svc.keys), svc.state.batches(), svc.lifecycle.progress)
         body = svc.metrics.exposition() + per_key
         return Response(body, media_type="text/plain; version=0.0.4")
 

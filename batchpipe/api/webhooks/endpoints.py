@@ -9,7 +9,7 @@ shows in the console anything but the owner and the URL's host.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,11 +52,20 @@ def _key(owner: str, spec: Mapping[str, Any], environ: Mapping[str, str]) -> byt
         raise ConfigError(f"{where}: the secret ({origin}) is not usable: {exc}") from exc
 
 
-def load_endpoints(api: ApiConfig, environ: Mapping[str, str] | None = None) -> dict[str, Endpoint]:
-    """``{owner: Endpoint}``; :class:`ConfigError` names the entry that cannot be used."""
+def load_endpoints(
+    api: ApiConfig, owners: Collection[str], environ: Mapping[str, str] | None = None
+) -> dict[str, Endpoint]:
+    """``{owner: Endpoint}``; :class:`ConfigError` names the entry that cannot be used —
+    an unusable secret, or an owner no API key has (``owners``), whose endpoint would
+    never be called."""
     env = os.environ if environ is None else environ
     found: dict[str, Endpoint] = {}
     for owner, spec in api.webhooks.items():
+        if owner not in owners:
+            raise ConfigError(
+                f"api.webhooks.{owner}: no API key has owner {owner!r} "
+                f"(owners: {', '.join(sorted(owners))})"
+            )
         events = frozenset(spec.get("events") or EVENTS)
         found[owner] = Endpoint(owner, str(spec["url"]), events, _key(owner, spec, env))
     return found

@@ -5,6 +5,7 @@ sender, the deliverer and the relay, and their series on the API's registry."""
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 
 from prometheus_client import CollectorRegistry
 
@@ -18,9 +19,11 @@ from worker.config import Config
 
 
 class Webhooks:
-    def __init__(self, config: Config, registry: CollectorRegistry) -> None:
+    def __init__(
+        self, config: Config, registry: CollectorRegistry, owners: Collection[str]
+    ) -> None:
         api = config.api
-        endpoints = load_endpoints(api)
+        endpoints = load_endpoints(api, owners)
         self._sender = Sender(AddressGuard(api.webhook_allow_networks), api.webhook_timeout_s)
         self._log = KafkaDeliveryLog(config.kafka)
         metrics = WebhookMetrics(registry)

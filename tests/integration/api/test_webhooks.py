@@ -143,7 +143,9 @@ def create(client: OpenAI, tmp_path: Path, name: str, count: int = 3) -> str:
 
 def events_on_topic(config: Config, count: int) -> list[dict[str, object]]:
     """At least ``count`` events, read by a read_committed consumer of its own group."""
-    consumer = clients.consumer(config.kafka, "test-events-reader", read_committed=True)
+    consumer = clients.consumer(  # read_committed
+        config.kafka, "test-events-reader", extra={"enable.partition.eof": True}
+    )
     topic = events_topic(config.kafka)
     partitions = clients.admin(config.kafka).list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, FROM_START) for p in partitions])
@@ -156,11 +158,17 @@ def events_on_topic(config: Config, count: int) -> list[dict[str, object]]:
             if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):  # type: ignore[union-attr]
                 continue
             found.append(json.loads(msg.value() or b""))
-        # and nothing more arrives past the end (each change once)
-        end = time.monotonic() + 2
-        while time.monotonic() < end:
-            msg = consumer.poll(0.2)
-            if msg is not None and msg.error() is None:
+        # and then everything committed, to every partition's end: each change once
+        at_end: set[int] = set()
+        while at_end != set(partitions):
+            assert time.monotonic() < deadline, f"{topic} not read to its end"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            error = msg.error()
+            if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                at_end.add(msg.partition() or 0)
+            elif error is None:
                 found.append(json.loads(msg.value() or b""))
     finally:
         consumer.close()

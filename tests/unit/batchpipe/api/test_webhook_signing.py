@@ -97,11 +97,17 @@ def test_secrets_come_from_the_environment_or_a_file_and_are_never_shown(tmp_pat
             },
         }
     )
-    found = load_endpoints(api, {"ALICE_HOOK": SECRET})
+    found = load_endpoints(api, {"alice", "bob"}, {"ALICE_HOOK": SECRET})
     assert found["alice"].key == b"a secret of thirty-two bytes...."
     assert found["alice"].events == frozenset(EVENTS)
     assert (found["bob"].key, found["bob"].events) == (b"bob-secret", frozenset({"batch.failed"}))
     assert "secret" not in repr(found["alice"]) and "thirty" not in repr(found)
+
+
+def test_an_endpoint_for_an_owner_without_a_key_stops_the_start() -> None:
+    api = ApiConfig(webhooks={"carol": {"url": "https://c.example/h", "secret_env": "C"}})
+    with pytest.raises(ConfigError, match=r"api\.webhooks\.carol: no API key has owner 'carol'"):
+        load_endpoints(api, {"alice", "bob"}, {"C": "secret"})
 
 
 @pytest.mark.parametrize(
@@ -117,5 +123,5 @@ def test_an_unusable_secret_stops_the_start_naming_the_entry(
     spec: dict[str, str], message: str
 ) -> None:
     with pytest.raises(ConfigError, match=message) as raised:
-        load_endpoints(ApiConfig(webhooks={"alice": spec}), {"BAD": "whsec_not base64!"})
+        load_endpoints(ApiConfig(webhooks={"alice": spec}), {"alice"}, {"BAD": "whsec_not base64!"})
     assert "api.webhooks.alice" in str(raised.value)
