@@ -72,6 +72,8 @@ from worker.wire.messages import Endpoint, InferenceRequest
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 #: statuses (and timeouts) that mean the server is overloaded: the AIMD window halves
 OVERLOADED = frozenset({429, 502, 503, 504})
+#: the weight of each answer's time in the smoothed round trip (as TCP's SRTT: 1/8)
+RTT_WEIGHT = 0.125
 
 
 class RemoteEngine(InFlightEngine):
@@ -97,6 +99,7 @@ class RemoteEngine(InFlightEngine):
         self._done: dict[str, Completion] = {}
         self._stats = RemoteStats()
         self._gate_closed = False
+        self._rtt_s = 1.0  # request time, smoothed; what one round trip of the window takes
         self._failure: BaseException | None = None
         self._closed = False
         self._loop = asyncio.new_event_loop()
@@ -309,7 +312,9 @@ class RemoteEngine(InFlightEngine):
             return Completion.failed(key, ErrorCode.ENGINE_FAILED, str(exc), 0)
         with self._cond:
             self._stats.responses["ok"] += 1
-            self._window.on_success(sent, time.monotonic())
+            now = time.monotonic()
+            self._window.on_success(sent, now)
+            self._rtt_s += RTT_WEIGHT * (now - sent - self._rtt_s)
         return completion
 
     def _count(self, outcome: str) -> None:
@@ -329,8 +334,11 @@ class RemoteEngine(InFlightEngine):
                 self._stats.server_waiting = -1 if depth is None else depth
                 self._gate_closed = depth is not None and depth > r.max_waiting
                 if self._gate_closed:  # someone's requests queue: batch work backs off too
+                    # what the queue shows now follows from requests sent up to one round
+                    # trip ago: so it cuts once a round trip, as a 429 would, not at every
+                    # reading while the requests that caused it are still running
                     now = time.monotonic()
-                    self._window.on_overload(now, now)
+                    self._window.on_overload(now - self._rtt_s, now)
             await asyncio.sleep(r.metrics_interval_ms / 1000.0)
 
 
