@@ -104,6 +104,7 @@ class RemoteEngine(InFlightEngine):
         self._closed = False
         self._loop = asyncio.new_event_loop()
         self._client: httpx.AsyncClient | None = None
+        self._watcher: concurrent.futures.Future[None] | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="remote", daemon=True)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -131,7 +132,7 @@ class RemoteEngine(InFlightEngine):
                 f"(its /models lists {', '.join(sorted(served)) or 'nothing'})"
             )
         if r.metrics_url:
-            asyncio.run_coroutine_threadsafe(self._watch_queue(), self._loop)
+            self._watcher = asyncio.run_coroutine_threadsafe(self._watch_queue(), self._loop)
 
     async def _make_client(self, headers: dict[str, str]) -> httpx.AsyncClient:
         r = self._remote
@@ -168,6 +169,8 @@ class RemoteEngine(InFlightEngine):
             self._cond.notify_all()
         for future in pending:
             future.cancel()
+        if self._watcher is not None:
+            self._watcher.cancel()
         if self._thread.is_alive():
             if self._client is not None:
                 self._call(self._client.aclose())
