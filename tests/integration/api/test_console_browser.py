@@ -3,9 +3,10 @@
 A batch owner signs in with an API key, uploads a file and creates a batch, watches it
 reach ``completed``, downloads its output, then cancels a second batch while the echo
 worker (paced) is still running it and reads its error summary. Another key sees none of
-it, and the key never appears in a URL. With ``--no-auth`` there is no sign-in and the
-console's calls pass the open server's Host and Origin checks. Screenshots go to the
-test's tmp dir (``console-*.png``).
+it, and the key never appears in a URL. A batch with engine failures is retried from its
+page ("Retry failed lines"), and the new batch completes. With ``--no-auth`` there is no
+sign-in and the console's calls pass the open server's Host and Origin checks.
+Screenshots go to the test's tmp dir (``console-*.png``).
 
 Needs Chromium at :data:`CHROMIUM` (``apt-get install chromium``; ``.ci/run`` installs it)
 and the ``playwright`` package (the ``dev`` extra); Playwright's own browser download is
@@ -25,9 +26,10 @@ import requests
 
 from batchpipe.api.app import Server
 from batchpipe.api.auth import Keys
-from tests.integration.api.conftest import Serve
+from tests.integration.api.conftest import Serve, sdk
 from tests.integration.api.test_cancel_restart import slow
-from tests.integration.api.test_sdk_echo import batch_file
+from tests.integration.api.test_retry import Flaky, line
+from tests.integration.api.test_sdk_echo import batch_file, wait_for
 from tests.integration.harness import running_worker
 from worker.config import Config
 
@@ -234,3 +236,37 @@ def done_input(server: Server, batch_id: str) -> str:
     )
     file_id: str = answer.json()["input_file_id"]
     return file_id
+
+
+def test_retry_button_makes_a_batch_of_the_engine_failures(
+    api_config: Config, serve: Serve, browser: Browser, tmp_path: Path
+) -> None:
+    source = tmp_path / "flaky.jsonl"
+    kinds = {"ok-0": "hello", "boom-0": "boom 0", "boom-1": "boom 1", "bad-0": "bad input"}
+    source.write_text("".join(line(k, v) for k, v in kinds.items()))
+    with serve(api_config) as server:
+        client = sdk(server)
+        file = client.files.create(file=source.open("rb"), purpose="batch")
+        first = client.batches.create(
+            input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+        ).id
+        with running_worker(api_config, Flaky(broken=True)):
+            wait_for(client, first, {"completed"})
+        alice = Watched(browser)
+        page = alice.page
+        page.goto(f"{server.url}/batches/{first}")
+        page.get_by_label("API key").fill("sk-alice")
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.locator("#batch-status")).to_have_text("completed", timeout=WAIT_MS)
+        page.get_by_role("button", name="Retry failed lines").click()
+        status = page.locator("#action-status")
+        expect(status).to_contain_text("2 lines retried as batch", timeout=WAIT_MS)
+        expect(status).to_contain_text("Not retried: bad-0 (4002)")
+        second = status.get_by_role("link").inner_text()
+        with running_worker(api_config, Flaky(broken=False)):
+            status.get_by_role("link").click()
+            expect(page.locator("#batch-id")).to_have_text(second)
+            expect(page.locator("#batch-status")).to_have_text("completed", timeout=WAIT_MS)
+        expect(page.locator("#batch-fields")).to_contain_text(f'"batchpipe_retry_of":"{first}"')
+        expect(page.get_by_role("button", name="Retry failed lines")).to_be_disabled()
+        assert alice.problems == []
