@@ -12,8 +12,10 @@ settings (:mod:`worker.kafka.clients`), and writes one record per request to a r
   ``max_batch_size`` 32, adaptive, exactly-once), echo engine without delay; then the
   same at-least-once, with JSON requests, and once under cProfile;
 * ``worker, prefetch 1024`` and ``4096``: a deep queue in front of the batcher;
-* ``worker, 64 partitions``: the requests topic in 64 partitions instead of 3 (exactly-once
-  runs a transactional producer, and a transaction per commit interval, per partition).
+* ``worker, 64 partitions``: the requests topic in 64 partitions instead of 3 (one
+  transaction per commit still, since issue 32; before, one per partition);
+* ``worker, realistic prompts``: the defaults with prompts of realistic length, a system
+  and a user message of about 350 characters each (:func:`realistic_requests`).
 
 The window runs from the first answered record to the last, so group joins are left out.
 CPU time per request is read per thread from ``/proc`` over that window: the loop thread
@@ -34,6 +36,7 @@ import cProfile
 import json
 import os
 import pstats
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -44,7 +47,7 @@ from typing import Any, Literal
 from confluent_kafka import TopicPartition
 
 from bench.common import fresh_config, write_result
-from bench.wire import json_request, summary_requests
+from bench.wire import SYSTEM, brief, json_request, summary_requests
 from tests.integration.harness import publish_raw
 from worker.config import Config, EngineConfig
 from worker.engines.base import Completion, EngineInput, OnComplete
@@ -54,12 +57,37 @@ from worker.kafka.broker import EmbeddedBroker
 from worker.obs.metrics import STAGES
 from worker.service import Worker
 from worker.wire.codec import encode_request
+from worker.wire.messages import ChatMessage, InferenceRequest
 
 N = 6_000
 PASSES = 5
 MAX_TOKENS = 64
 _TICK = os.sysconf("SC_CLK_TCK")
 Record = tuple[bytes, list[tuple[str, bytes]]]
+#: characters of each message of :func:`realistic_requests`, at least
+REALISTIC_CHARS = 350
+_REALISTIC_SYSTEM = (
+    f"{SYSTEM} Name who acted and what happened first, then where and when if the brief "
+    "says so. Keep numbers, names and places exactly as written; never add ones the brief "
+    "does not give. Write in the past tense, in the brief's own language, without quotes, "
+    "lists or headings, and in no more than forty words. If the brief is empty or not "
+    "news, answer only: nothing to summarise."
+)
+
+
+def realistic_requests(n: int, max_tokens: int) -> list[InferenceRequest]:
+    """:func:`~bench.wire.summary_requests` with a system and a user message of at least
+    :data:`REALISTIC_CHARS` characters each, as a new user's prompts are."""
+    assert len(_REALISTIC_SYSTEM) >= REALISTIC_CHARS
+    rng = random.Random(13)
+    out = []
+    for i, request in enumerate(summary_requests(n, max_tokens)):
+        text = f"Summarise this brief (#{i}):\n\n{brief(rng)}"
+        while len(text) < REALISTIC_CHARS:
+            text += " " + brief(rng)
+        messages = (ChatMessage("system", _REALISTIC_SYSTEM), ChatMessage("user", text))
+        out.append(replace(request, messages=messages))
+    return out
 
 
 def _ticks(stat_path: Path) -> float:
@@ -293,7 +321,7 @@ class Variant:
     records: Sequence[Record]
     prefetch_count: int = 64
     delivery: Literal["exactly_once", "at_least_once"] = "exactly_once"
-    #: of the requests topic; exactly-once runs one transactional producer per partition
+    #: of the requests topic
     partitions: int = 3
 
     def config(self, bootstrap: str) -> Config:
@@ -324,6 +352,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     requests = summary_requests(total, MAX_TOKENS)
     protobuf = [encode_request(r) for r in requests]
     as_json = [json_request(r) for r in requests]
+    realistic = [encode_request(r) for r in realistic_requests(total, MAX_TOKENS)]
 
     def worker_run(config: Config) -> dict[str, Any]:
         worker = through_worker(config, total)
@@ -375,12 +404,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 b, replace(default, name="worker, prefetch 4096", prefetch_count=4096), worker_run
             ),
             _measure(b, replace(default, name="worker, 64 partitions", partitions=64), worker_run),
+            _measure(
+                b,
+                replace(default, name="worker, realistic prompts", records=realistic),
+                worker_run,
+            ),
         ]
     raw, worker = rows[0], rows[1]
     cpu = worker["cpu_us_per_request"]
     figures = {
         "requests": total,
         "request_value_bytes": round(sum(len(v) for v, _ in protobuf) / total, 1),
+        "realistic_request_value_bytes": round(sum(len(v) for v, _ in realistic) / total, 1),
         "max_tokens": MAX_TOKENS,
         "engine": "echo, no simulated delay",
         "batching": "defaults (prefetch 64, max_batch_size 32, timeout 100 ms, adaptive) "

@@ -9,10 +9,6 @@ lost: a result becomes a 4003 error result for its request (text and metadata dr
 a dead letter first drops the original headers, keeping the original key and value, and
 when even those do not fit it becomes a 4003 dead letter that names the size and the
 original error.
-
-A send whose transaction had to stay aborted (:class:`TransactionAborted`) is caught here,
-for every caller: its partitions are noted for the loop to consume again
-(:meth:`Outbox.take_aborted`), and answers for them are not sent until then.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from worker.errors import ErrorCode
 from worker.intake import DeadLetter
 from worker.jobs import Identity, Job, Source, failed
 from worker.kafka.produce import Headers
-from worker.kafka.publisher import MessageTooLarge, OnAnswered, Publisher, TransactionAborted
+from worker.kafka.publisher import MessageTooLarge, OnAnswered, Publisher
 from worker.ledger import Ledger
 from worker.obs.metrics import WorkerMetrics
 from worker.wire.codec import encode_result
@@ -56,17 +52,11 @@ class Outbox:
         self._ledger = ledger
         self._metrics = metrics
         self._identity = identity
-        self._aborted: set[Partition] = set()
-
-    def take_aborted(self) -> list[Partition]:
-        """Partitions whose transaction stayed aborted since the last call: every record of
-        theirs since their last commit must be consumed again (the loop rewinds them)."""
-        aborted, self._aborted = sorted(self._aborted), set()
-        return aborted
 
     def forget(self, partitions: Collection[Partition]) -> None:
-        """``partitions`` are no longer this worker's (revoked, lost) or were rewound."""
-        self._aborted.difference_update(partitions)
+        """``partitions`` are no longer this worker's (revoked, lost) or were rewound: answers
+        to them not sent yet are dropped."""
+        self._publisher.forget(partitions)
 
     def result(
         self,
@@ -178,14 +168,7 @@ class Outbox:
         source: Source,
         answered: OnAnswered,
     ) -> None:
-        origin = (source.topic, source.partition)
-        if origin in self._aborted:
-            return  # its record is consumed again after the rewind, and answered then
-        try:
-            self._publisher.send(topic, key, value, headers, origin, answered)
-        except TransactionAborted as exc:
-            log.warning("%s; consuming those records again", exc)
-            self._aborted.update(exc.partitions)
+        self._publisher.send(topic, key, value, headers, (source.topic, source.partition), answered)
 
 
 def _over(exc: MessageTooLarge) -> str:

@@ -362,9 +362,6 @@ class Worker:
 
     def _publish_and_commit(self, now: float) -> None:
         assert self._publisher is not None
-        aborted = self.outbox.take_aborted()
-        if aborted:
-            self._rewind(aborted)
         try:
             self._publisher.poll()
             idle = not self.engine_stage.busy

@@ -37,6 +37,20 @@ GROUP_SETTINGS: Mapping[str, Any] = {
 FETCH_WAIT_MS = 25
 
 
+#: A transactional producer's settings (docs/architecture.md §2 "Offsets and exactly-once").
+#: ``transaction.timeout.ms``: how long Apache Kafka lets a transaction stay open before it
+#: aborts it; a transaction here lasts one commit (milliseconds), and a dead worker's is
+#: aborted by the next owner of its partitions at once, so this bounds only how long readers
+#: wait when the whole group is gone (Kafka Streams' value). ``retry.backoff.ms``: the next
+#: transaction's AddPartitionsToTxn can meet CONCURRENT_TRANSACTIONS while the last one's
+#: markers are written; librdkafka waits this long before it asks again (100 ms by default,
+#: confluent-kafka-python #967), which back-to-back transactions would pay every time.
+TRANSACTIONAL_SETTINGS: Mapping[str, Any] = {
+    "transaction.timeout.ms": 10_000,
+    "retry.backoff.ms": 10,
+}
+
+
 def _base(kafka: KafkaConfig) -> dict[str, Any]:
     return {"bootstrap.servers": kafka.bootstrap_servers, "log_level": 3}
 
@@ -84,7 +98,7 @@ def producer(
         "compression.type": "none",  # values are zstd frames already
     }
     if transactional_id:
-        settings["transactional.id"] = transactional_id
+        settings |= {"transactional.id": transactional_id, **TRANSACTIONAL_SETTINGS}
     settings |= dict(extra or {})
     return Producer(_with_raw(settings, kafka))
 

@@ -1,8 +1,9 @@
 """publish → commit: results out, offsets in, under one of two delivery guarantees.
 
-``exactly_once`` (default, :mod:`worker.kafka.transactions`): the results answering
-records of an input partition, and that partition's consumer offsets, are written in one
-Kafka transaction per partition, committed every ``commit_interval_ms``.
+``exactly_once`` (default, :mod:`worker.kafka.transactions`): every answer given since the
+last commit, and the consumer offsets they advance, are written in one Kafka transaction
+of the worker's one transactional producer, committed every ``commit_interval_ms`` by a
+committer thread (:mod:`worker.kafka.committer`).
 
 ``at_least_once`` (:class:`AtLeastOncePublisher`): one idempotent producer; a record
 counts as answered once the broker acknowledged its answer, and offsets are committed on
@@ -88,18 +89,19 @@ class Publisher(ABC):
         """Publish one answer to a record of ``origin``; ``on_answered`` runs once it counts
         as answered (the caller marks the record done in the offset tracker there).
 
-        Raises :class:`MessageTooLarge` (nothing sent; send something smaller),
-        :class:`TransactionAborted` (``origin``'s records since its last commit must be
-        consumed again) or :class:`FatalKafkaError` (exit).
+        Raises :class:`MessageTooLarge` (nothing sent; send something smaller) or
+        :class:`FatalKafkaError` (exit).
         """
 
     @abstractmethod
     def commit(self) -> None:
-        """Commit now what is answered."""
+        """Commit now what is answered. This, :meth:`poll` and :meth:`maybe_commit` raise
+        :class:`TransactionAborted` (the partitions whose records since their last commit
+        must be consumed again) or :class:`FatalKafkaError` (exit)."""
 
     @abstractmethod
     def poll(self) -> None:
-        """Serve delivery callbacks."""
+        """Serve delivery callbacks, and take the outcome of commits that ended."""
 
     @abstractmethod
     def assign(self, partitions: Collection[Partition]) -> None:
@@ -114,6 +116,11 @@ class Publisher(ABC):
         """Input partitions lost (another owner may have them already): commit nothing."""
 
     @abstractmethod
+    def forget(self, partitions: Collection[Partition]) -> None:
+        """``partitions`` were rewound, revoked or lost: answers to their records that are
+        still waiting to be sent are dropped (their records are consumed again)."""
+
+    @abstractmethod
     def close(self) -> None:
         """Commit and flush what is pending."""
 
@@ -126,14 +133,15 @@ class Publisher(ABC):
         would only add it to every answer's latency (issue 29): what is answered is
         committed now.
         """
-        if now - self._last_commit >= self._interval_s or (idle and self._tracker.advanced()):
-            self._commit_due()
+        due = now - self._last_commit >= self._interval_s or (idle and self._tracker.advanced())
+        if due and self._commit_due():
             self._last_commit = now
 
-    def _commit_due(self) -> None:
+    def _commit_due(self) -> bool:
         """The commit of :meth:`maybe_commit`; :meth:`commit` unless a publisher has a
-        cheaper one that keeps the same promise."""
+        cheaper one that keeps the same promise. False: not now (asked again next step)."""
         self.commit()
+        return True
 
     def _committable(self, partitions: Collection[Partition] | None = None) -> list[TopicPartition]:
         return [
@@ -205,12 +213,13 @@ class AtLeastOncePublisher(Publisher):
         self._producer.flush(TIMEOUT_S)
         self._commit_delivered()
 
-    def _commit_due(self) -> None:
+    def _commit_due(self) -> bool:
         # an answer counts once delivered, and only then may its offset be committed, so
         # the interval's commit need not wait for those still on their way: they are
         # committed next time. flush() here held the loop for a broker round trip on
         # every interval, which made at-least-once slower than exactly-once (issue 25).
         self._commit_delivered()
+        return True
 
     def _commit_delivered(self) -> None:
         self.poll()
@@ -225,6 +234,9 @@ class AtLeastOncePublisher(Publisher):
 
     def lost(self, partitions: Collection[Partition]) -> None:
         """Nothing to undo: uncommitted offsets are answered again by the new owner."""
+
+    def forget(self, partitions: Collection[Partition]) -> None:
+        """Nothing waits here: every answer was produced when it was sent."""
 
     def close(self) -> None:
         self._producer.flush(TIMEOUT_S)

@@ -1,135 +1,69 @@
-"""publish → commit under ``exactly_once``: one Kafka transaction per input partition.
+"""publish → commit under ``exactly_once``: one transaction per commit, one producer per worker.
 
-The results answering records of an input partition, and that partition's consumer
-offsets, are written in one transaction, committed every ``commit_interval_ms``. A crash
-before the commit leaves neither; after it, both. Each assigned input partition has its own
-transactional producer, ``transactional.id`` = ``<prefix>.<topic>.<partition>``: whoever
-owns a partition next fences the previous owner (a zombie cannot commit) and aborts the
-transaction it left open at once — rather than after ``transaction.timeout.ms`` on Apache
-Kafka, or never on brokers that do not time transactions out (Tansu), while that open
-transaction holds back every read_committed reader of the results topic. Offsets never
-pass an unanswered request (:class:`batcher.OffsetTracker`), so results that complete out
-of order beyond a slower request may be produced again after a crash: readers join on
+Every answer given since the last commit and the consumer offsets they advance are written
+in one Kafka transaction (``send_offsets_to_transaction`` with the consumer's group
+metadata, KIP-447): a crash before the commit leaves neither, after it both. ``send`` only
+checks a record's size and keeps it for the next handover, on the loop thread; the
+committer thread (:mod:`worker.kafka.committer`) makes every transactional call, so the
+loop goes on forming and running batches while a commit runs. Offsets never pass an
+unanswered request (:class:`batcher.OffsetTracker`), so results that complete out of order
+beyond a slower request may be produced again after a crash: readers join on
 ``custom_id`` (``collect`` keeps one line per id).
 
-A transaction that ended while another of this worker's was still open is *unsettled*:
-brokers like the embedded Tansu (``txn_end`` in its ``dynostore.rs``) complete an ended
-transaction only once every transaction that overlaps it on a results partition has ended
-too, and leave it PrepareCommit otherwise — holding back read_committed readers of that
-partition — until a later transaction over the same partitions ends, or its own producer
-ends another one. A producer whose last transaction is unsettled and that falls idle
-would keep those results invisible for good, so once every open transaction of the round
-has ended, each such producer ends one more, offsets-only, transaction
-(:meth:`_Transactions.settle`) that re-commits the offset it already committed. On Apache
-Kafka that is a no-op; busy producers never need it (their next transaction settles
-them), so it costs nothing under load. Revoking and closing settle at once.
+The worker's slot is the lowest input partition it owns: ``transactional.id`` =
+``<prefix>.<topic>.<partition>``, unique among the members of a generation of the group.
+On each assignment the worker also calls ``init_transactions`` on the id of every other
+partition it was given (:func:`_reclaim`): that fences whoever used one of those ids in an
+earlier generation — a zombie cannot commit — and aborts the transaction it left open, at
+once rather than after ``transaction.timeout.ms`` on Apache Kafka, or never on brokers
+that do not time transactions out (Tansu). Every partition has an owner after a
+rebalance, so a worker that dies for good has its transaction aborted by the next one.
 
-Failures (:mod:`worker.kafka.failures`): a transaction that must be aborted is aborted and
-done again — its records produced anew in a new transaction, nothing lost, and the aborted
-copies invisible to read_committed readers — up to :data:`REPLAYS` times; then it stays
-aborted and its partition's records are consumed again (:class:`TransactionAborted`).
-Retriable errors are retried; a fatal error or a fenced producer ends the worker, except
-for a partition already lost, whose producer is dropped quietly.
+On a broker that completes a transaction only once every transaction overlapping it on a
+results partition has ended (Tansu, ``txn_end`` in its ``dynostore.rs``), the last
+transaction of a worker that falls idle can wait on another worker's for good; a worker
+that committed answers and then has none to commit ends one more transaction, holding
+only the offsets it already committed (a no-op on Apache Kafka).
+
+A transaction aborted for good (:class:`TransactionAborted`, after the committer's replays)
+marks the partitions whose answers it held: their answers waiting for the next handover are
+dropped, no offset of theirs is committed, and answers to them are not kept, until the loop
+has rewound them (:meth:`TransactionalPublisher.forget`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
-from functools import partial
+from concurrent.futures import ThreadPoolExecutor
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import TopicPartition
 
 from batcher import OffsetTracker, Partition
 from worker.config import KafkaConfig
+from worker.kafka.committer import Committer, Handover
 from worker.kafka.consumer import KafkaConsumer
 from worker.kafka.failures import (
     Abortable,
+    FatalKafkaError,
+    MessageTooLarge,
     TransactionAborted,
     call,
-    produce_checked,
 )
-from worker.kafka.produce import Headers, ProducerFactory, RecordLimits
+from worker.kafka.produce import Headers, ProducerFactory, RecordLimits, record_size
 from worker.kafka.publisher import TIMEOUT_S, OnAnswered, Outgoing, Publisher
 from worker.obs.metrics import TxOutcome
 
 log = logging.getLogger(__name__)
 
-#: new transactions that redo an aborted one before its partition's records are read again
-REPLAYS = 3
-#: how long the abort of a lost partition's transaction may take, inside the rebalance
-LOST_ABORT_S = 5.0
-
-
-class _Transactions:
-    """One transactional producer, and the records of its open transaction."""
-
-    def __init__(self, producers: ProducerFactory, transactional_id: str) -> None:
-        self.transactional_id = transactional_id
-        self.limit = RecordLimits(producers)
-        self.producer = producers(transactional_id)
-        self.open = False
-        self.records: list[Outgoing] = []  # produced in the open transaction, for a replay
-        #: the last transaction ended while another of this worker's was open (module doc)
-        self.unsettled = False
-        self.committed: TopicPartition | None = None  # the offset the last commit sent
-        call(self.producer.init_transactions, TIMEOUT_S)
-
-    def produce(self, record: Outgoing) -> None:
-        self._begin()
-        r = record
-        produce_checked(
-            self.producer,
-            self.limit(r.topic),
-            r.topic,
-            r.key,
-            r.value,
-            r.headers,
-            _log_delivery_error,
-        )
-        self.records.append(record)
-
-    def commit(self, offsets: list[TopicPartition], consumer: KafkaConsumer) -> None:
-        self._begin()
-        if offsets:
-            metadata = consumer.consumer_group_metadata()
-            call(self.producer.send_offsets_to_transaction, offsets, metadata, TIMEOUT_S)
-        call(self.producer.commit_transaction, TIMEOUT_S)
-        self.open = False
-        self.records.clear()
-        if offsets:
-            self.committed = offsets[-1]
-
-    def settle(self, offset: TopicPartition, consumer: KafkaConsumer) -> None:
-        """End one more transaction, holding only ``offset`` (already committed), so that
-        the broker completes the last one (module doc). An abortable failure aborts it —
-        nothing is lost — and leaves the producer unsettled, to try again next round."""
-        self._begin()
-        metadata = consumer.consumer_group_metadata()
-        call(self.producer.send_offsets_to_transaction, [offset], metadata, TIMEOUT_S)
-        call(self.producer.commit_transaction, TIMEOUT_S)
-        self.open = False
-        self.unsettled = False
-
-    def abort(self) -> None:
-        """Abort the open transaction; its records stay for :meth:`replay`."""
-        self.open = False
-        call(self.producer.abort_transaction, TIMEOUT_S)
-
-    def replay(self) -> None:
-        """Produce the aborted transaction's records again, in a new transaction."""
-        records, self.records = self.records, []
-        try:
-            for record in records:
-                self.produce(record)
-        except BaseException:
-            self.records = records  # every one of them, for the next attempt
-            raise
-
-    def _begin(self) -> None:
-        if not self.open:
-            call(self.producer.begin_transaction)
-            self.open = True
+#: producers calling ``init_transactions`` at once on the ids of newly assigned partitions
+_RECLAIMERS = 16
+#: the most librdkafka adds to a record's key, value and header bytes when it checks
+#: ``message.max.bytes``: a record v2's varints (length, attributes, timestamp and offset
+#: deltas, key and value lengths, header count) ...
+_RECORD_FRAMING = 36
+#: ... and two length varints per header
+_HEADER_FRAMING = 10
 
 
 class TransactionalPublisher(Publisher):
@@ -144,16 +78,17 @@ class TransactionalPublisher(Publisher):
     ) -> None:
         super().__init__(kafka, consumer, tracker)
         self._producers = producers
+        self._limits = RecordLimits(producers)
         self._prefix = prefix
         self._on_outcome = on_outcome  # for the transactions metric
-        self._owned: dict[Partition, _Transactions] = {}
+        self._owned: set[Partition] = set()
+        self._committer: Committer | None = None
+        self._buffer: list[tuple[Partition, Outgoing]] = []  # for the next handover
+        self._handed: Handover | None = None  # the handover in flight
+        self._aborted: set[Partition] = set()  # aborted for good, not rewound yet
+        self._unsettled = False  # the last transaction held answers (module doc)
 
-    def assign(self, partitions: Collection[Partition]) -> None:
-        for partition in partitions:
-            if partition not in self._owned:
-                topic, number = partition
-                txn_id = f"{self._prefix}.{topic}.{number}"
-                self._owned[partition] = _Transactions(self._producers, txn_id)
+    # -- the loop's side ---------------------------------------------------------------
 
     def send(
         self,
@@ -164,136 +99,173 @@ class TransactionalPublisher(Publisher):
         origin: Partition,
         on_answered: OnAnswered,
     ) -> None:
-        txn = self._owned.get(origin)
-        if txn is None:
+        if origin not in self._owned:
             raise RuntimeError(f"answer for {origin}, which this worker does not own")
-        record = Outgoing(topic, key, value, tuple(headers))
-        self._done_once(origin, txn, lambda: txn.produce(record))
-        # inside a transaction a result counts as given once produced: the commit makes
+        if origin in self._aborted:
+            return  # its record is consumed again after the rewind, and answered then
+        limit = self._limits(topic)
+        size = record_size(key, value, headers)
+        if size + _RECORD_FRAMING + _HEADER_FRAMING * len(headers) > limit.bytes:
+            raise MessageTooLarge(topic, size, limit)
+        self._buffer.append((origin, Outgoing(topic, key, value, tuple(headers))))
+        # inside a transaction a result counts as given once handed to it: the commit makes
         # it and its offset visible together, an abort undoes both
         on_answered()
 
     def poll(self) -> None:
-        for txn in self._owned.values():
-            txn.producer.poll(0)
+        """Take the outcome of a commit that has ended (:class:`TransactionAborted`,
+        :class:`FatalKafkaError`)."""
+        if self._committer is not None and self._committer.pending and not self._committer.busy:
+            self._finish()
 
-    def commit(self, settle: Collection[Partition] = ()) -> None:
-        """Commit every open transaction; then settle the producers that fell idle
-        unsettled, and those of ``settle`` (about to be handed over) whatever they did."""
-        aborted: list[Partition] = []
-        reasons: list[str] = []
-        ended: set[Partition] = set()
-        for partition, txn in list(self._owned.items()):
-            if not txn.open:
-                continue
-            ended.add(partition)
-            offsets = self._committable([partition])
-            try:
-                self._done_once(partition, txn, partial(txn.commit, offsets, self._consumer))
-            except TransactionAborted as exc:
-                aborted.append(partition)
-                reasons.append(str(exc))
-                continue
-            finally:
-                txn.unsettled = self._any_open()
-            self._committed()
-            self._mark(offsets)
-        self._settle([p for p in self._owned if p not in ended or p in settle])
-        if aborted:
-            raise TransactionAborted(aborted, "; ".join(reasons))
+    def _commit_due(self) -> bool:
+        if self._committer is None:
+            return True
+        if self._committer.busy:
+            return False  # what is answered meanwhile goes into the next transaction
+        self._finish()
+        self._hand()
+        return True
+
+    def commit(self) -> None:
+        """Commit now what is answered, and wait for it."""
+        if self._committer is None:
+            return
+        self._finish()
+        self._hand()
+        self._finish()
+
+    def forget(self, partitions: Collection[Partition]) -> None:
+        gone = set(partitions)
+        self._aborted -= gone
+        self._buffer = [(origin, r) for origin, r in self._buffer if origin not in gone]
+
+    # -- rebalances --------------------------------------------------------------------
+
+    def assign(self, partitions: Collection[Partition]) -> None:
+        gained = set(partitions) - self._owned
+        if not gained:
+            return
+        self._owned |= gained
+        topic, number = min(self._owned)
+        txn_id = f"{self._prefix}.{topic}.{number}"
+        if self._committer is not None and self._committer.transactional_id != txn_id:
+            self.commit()  # what the old id holds, before it changes (a lower partition)
+            self._close(flush=True)
+        ids = [f"{self._prefix}.{t}.{n}" for t, n in sorted(gained)]
+        _reclaim(self._producers, [i for i in ids if i != txn_id])
+        if self._committer is None:
+            self._committer = Committer(
+                self._producers(txn_id), txn_id, self._limits, self._outcome
+            )
 
     def revoke(self, partitions: Collection[Partition]) -> None:
-        # every open transaction ends now, not only those of ``partitions``: one of theirs
-        # ending while another of this worker's stays open could not be settled
+        """Wait for the commit in flight, commit what is answered, hand ``partitions`` over."""
         try:
-            self.commit(settle=partitions)
+            self.commit()
         finally:
-            self._release(partitions)
+            self._release(partitions, flush=True)
 
     def lost(self, partitions: Collection[Partition]) -> None:
-        for partition in partitions:
-            txn = self._owned.pop(partition, None)
-            if txn is None:
-                continue
-            if txn.open:
-                self._aborted()
-                try:  # once, briefly: the partition's new owner aborts it anyway
-                    txn.producer.abort_transaction(LOST_ABORT_S)
-                except KafkaException as exc:
-                    # fenced by the new owner (a broker may not even answer a fenced
-                    # producer: a timeout); the producer is dropped, and a later assignment
-                    # of the partition builds a new one
-                    log.info("lost %s: abort failed (%s); its producer is dropped", partition, exc)
-                    continue
-            txn.producer.flush(TIMEOUT_S)
+        """Commit nothing more for ``partitions``; their new owner may have fenced this
+        worker's producer already, so a commit in flight that fails is dropped quietly.
+        (Assignment is eager: a loss takes every partition.)"""
+        try:
+            if self._committer is not None:
+                self._finish()
+        except (TransactionAborted, FatalKafkaError) as exc:
+            log.info("lost %s: the commit in flight failed (%s)", sorted(partitions), exc)
+            self._release(partitions, flush=False)
+            return
+        self._release(partitions, flush=True)
 
     def close(self) -> None:
         try:
-            self.commit(settle=list(self._owned))
+            self.commit()
         finally:
-            self._release(list(self._owned))
+            self._release(list(self._owned), flush=True)
 
-    def _done_once(
-        self, partition: Partition, txn: _Transactions, step: Callable[[], None]
-    ) -> None:
-        """Run ``step`` in ``txn``'s transaction; when that transaction must be aborted,
-        abort it, redo it in a new one and run ``step`` again, up to :data:`REPLAYS` times.
-        Then it stays aborted: :class:`TransactionAborted` for ``partition``."""
-        reason = ""
-        for attempt in range(REPLAYS + 1):
-            try:
-                if attempt:
-                    txn.replay()
-                step()
+    # -- helpers -----------------------------------------------------------------------
+
+    def _hand(self) -> None:
+        """Hand the answers given since the last handover, and the offsets they advance,
+        to the committer; or, when there are none after a transaction that held answers,
+        the offsets already committed (module doc)."""
+        assert self._committer is not None
+        records = self._buffer
+        offsets = [
+            tp for tp in self._committable() if (tp.topic, tp.partition) not in self._aborted
+        ]
+        if not records and not offsets:
+            if not self._unsettled:
                 return
-            except Abortable as exc:
-                reason = str(exc)
-                log.warning("aborting the transaction of %s: %s", txn.transactional_id, reason)
-                self._aborted()
-                txn.abort()
-        txn.records.clear()
-        raise TransactionAborted([partition], f"{reason} ({REPLAYS} replays failed too)")
+            offsets = self._committed_offsets()
+            if not offsets:
+                return
+        self._buffer = []
+        handover = Handover(
+            records=tuple(r for _, r in records),
+            origins=frozenset(origin for origin, _ in records),
+            offsets=tuple(offsets),
+            metadata=self._consumer.consumer_group_metadata(),
+        )
+        self._handed = handover
+        self._committer.hand(handover)
 
-    def _settle(self, partitions: Collection[Partition]) -> None:
-        for partition in partitions:
-            txn = self._owned[partition]
-            if not txn.unsettled:
-                continue
-            offset = txn.committed or self._committed_offset(partition)
-            if offset is None:
-                continue  # not read since a rewind: the next transaction settles it
-            try:
-                txn.settle(offset, self._consumer)
-            except Abortable as exc:
-                log.warning("aborting the closing transaction of %s: %s", partition, exc)
-                self._aborted()
-                txn.abort()
-                continue
-            self._committed()
+    def _finish(self) -> None:
+        """Wait for the handover in flight and take its outcome."""
+        assert self._committer is not None
+        handover, self._handed = self._handed, None
+        try:
+            self._committer.outcome()
+        except TransactionAborted as exc:
+            self._aborted.update(exc.partitions)
+            self._buffer = [(o, r) for o, r in self._buffer if o not in self._aborted]
+            raise
+        if handover is not None:
+            self._unsettled = bool(handover.records)
+            self._mark(handover.offsets)
 
-    def _committed_offset(self, partition: Partition) -> TopicPartition | None:
-        offset = self._tracker.committed(partition)
-        return None if offset is None else TopicPartition(partition[0], partition[1], offset)
+    def _committed_offsets(self) -> list[TopicPartition]:
+        found = []
+        for topic, number in sorted(self._owned):
+            offset = self._tracker.committed((topic, number))
+            if offset is not None:
+                found.append(TopicPartition(topic, number, offset))
+        return found
 
-    def _any_open(self) -> bool:
-        return any(txn.open for txn in self._owned.values())
+    def _outcome(self, outcome: TxOutcome) -> None:  # on the committer thread
+        if outcome == "commit":
+            self.commits += 1
+        else:
+            self.aborts += 1
+        self._on_outcome(outcome)
 
-    def _committed(self) -> None:
-        self.commits += 1
-        self._on_outcome("commit")
+    def _release(self, partitions: Collection[Partition], flush: bool) -> None:
+        self.forget(partitions)
+        self._owned -= set(partitions)
+        if not self._owned:
+            self._close(flush)
+            self._unsettled = False
 
-    def _aborted(self) -> None:
-        self.aborts += 1
-        self._on_outcome("abort")
-
-    def _release(self, partitions: Collection[Partition]) -> None:
-        for partition in partitions:
-            txn = self._owned.pop(partition, None)
-            if txn is not None:
-                txn.producer.flush(TIMEOUT_S)
+    def _close(self, flush: bool) -> None:
+        if self._committer is not None:
+            self._committer.close(flush)
+            self._committer = None
+            self._handed = None
 
 
-def _log_delivery_error(err: KafkaError | None, _msg: Message) -> None:
-    # errors inside a transaction surface again, and decide its fate, at commit_transaction
-    if err is not None:
-        log.warning("transactional delivery failed: %s", err)
+def _reclaim(producers: ProducerFactory, transactional_ids: list[str]) -> None:
+    """``init_transactions`` on each id, at once: fences its earlier users and aborts the
+    transaction one of them left open. A failure is logged: it only leaves that transaction
+    to ``transaction.timeout.ms``."""
+
+    def init(transactional_id: str) -> None:
+        try:
+            call(producers(transactional_id).init_transactions, TIMEOUT_S)
+        except (Abortable, FatalKafkaError) as exc:
+            log.warning("init_transactions on %s failed: %s", transactional_id, exc)
+
+    if transactional_ids:
+        with ThreadPoolExecutor(min(_RECLAIMERS, len(transactional_ids))) as pool:
+            list(pool.map(init, transactional_ids))

@@ -15,7 +15,8 @@
   that method: an abortable one leaves the transaction refusing everything but
   ``abort_transaction`` (``produce`` says ``_STATE``), a fatal one ends the producer;
 * a newer producer of the same ``transactional.id`` (``init_transactions``, or
-  :meth:`FakeBroker.fence`) fences this one: every later call fails fatally.
+  :meth:`FakeBroker.fence`) fences this one: every later call fails fatally;
+* a call of a method gated on the broker (:meth:`FakeBroker.gate`) waits for its gate.
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ class FakeProducer:
     # -- state -------------------------------------------------------------------------
 
     def _check(self, method: str, *, in_transaction: bool = False, aborting: bool = False) -> None:
+        self._broker.pass_gate(method)
         fenced = self._id is not None and self._broker.epoch(self._id) != self._epoch
         if self._fatal is None and self._epoch and fenced:
             self._fatal = KafkaError(KafkaError._FENCED, "producer fenced", fatal=True)

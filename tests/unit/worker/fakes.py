@@ -148,6 +148,16 @@ class FakeBroker:
         self.transactions: list[tuple[str, int, tuple[tuple[str, int, int], ...]]] = []
         self._faults: dict[str, deque[KafkaError]] = {}
         self._epochs: Counter[str] = Counter()
+        self._gates: dict[str, threading.Event] = {}
+
+    def gate(self, method: str) -> threading.Event:
+        """Calls of a FakeProducer's ``method`` wait until the returned event is set."""
+        return self._gates.setdefault(method, threading.Event())
+
+    def pass_gate(self, method: str) -> None:
+        gate = self._gates.get(method)
+        if gate is not None and not gate.wait(_GATE_S):
+            raise AssertionError(f"the test never opened the gate of {method}")
 
     def fail(self, method: str, error: KafkaError, times: int = 1) -> None:
         """The next ``times`` calls of a FakeProducer's ``method`` raise ``error`` (for
@@ -430,6 +440,9 @@ class FakePublisher(Publisher):
 
     def lost(self, partitions: Collection[Partition]) -> None:
         self._owned.difference_update(partitions)
+
+    def forget(self, partitions: Collection[Partition]) -> None:
+        """Nothing waits here: a send is final at once."""
 
     def close(self) -> None:
         self.commit()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from worker.kafka.transactions import REPLAYS
+from worker.kafka.committer import REPLAYS
 
 from .fakes import GatedEngine
 from .rig import P0, P1, loop_config, rig

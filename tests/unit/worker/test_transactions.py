@@ -13,8 +13,8 @@ from collections import Counter
 import pytest
 from confluent_kafka import KafkaError
 
+from worker.kafka.committer import REPLAYS
 from worker.kafka.publisher import FatalKafkaError
-from worker.kafka.transactions import REPLAYS
 
 from .fakes import GatedEngine
 from .rig import P0, P1, Rig, loop_config, rig
@@ -39,7 +39,8 @@ def run(r: Rig, ids: set[str]) -> None:
 
 @pytest.mark.parametrize(
     ("method", "error", "aborted_copies"),
-    [("commit_transaction", ABORTABLE, 2), ("produce", STATE, 0)],
+    # one transaction holds every partition's answers: all 4 were produced, then aborted
+    [("commit_transaction", ABORTABLE, 4), ("produce", STATE, 0)],
 )
 def test_an_aborted_transaction_is_done_again_without_running_the_batch_again(
     method: str, error: KafkaError, aborted_copies: int
@@ -93,13 +94,13 @@ def test_a_fenced_producer_stops_the_worker() -> None:
 
 def test_partitions_lost_after_their_producer_was_fenced_are_dropped_quietly() -> None:
     with rig(loop_config(), GatedEngine(gated=False), delivery="exactly_once") as r:
-        assert r.worker._publisher is not None
-        # transactions stay open: no commit is due (an idle worker would commit at once)
-        r.worker._publisher.maybe_commit = lambda now, idle=False: None  # type: ignore[method-assign]
+        # the transaction stays open: its commit waits at the gate
+        gate = r.broker.gate("commit_transaction")
         ids = submit(r)
         r.consumer.rebalance("assign", [P0, P1])
-        r.step_until(lambda: len(r.broker.raw) == len(ids), "answers in open transactions")
+        r.step_until(lambda: len(r.broker.raw) == len(ids), "answers in an open transaction")
         r.broker.fence("batchpipe.batchpipe.requests.0")  # P0's new owner took over
+        gate.set()  # the commit goes on, and fails: fenced
         r.consumer.rebalance("lost", [P0, P1])
         r.step_until(lambda: not r.consumer.rebalancing, "the rebalance")
         assert r.answers() == Counter()  # nothing was committed

@@ -1,0 +1,136 @@
+"""The committer thread: every call on the worker's one transactional producer.
+
+The loop hands over (:meth:`Committer.hand`) what it answered since the last commit — the
+records, the consumer offsets they advance and the group metadata of the moment — and goes
+on; this thread begins a transaction, produces the records, sends the offsets
+(``send_offsets_to_transaction``, KIP-447) and commits. One handover at a time: the loop
+asks for the outcome (:meth:`Committer.outcome`) before it hands over the next, so answers
+given while a commit runs go into the next transaction.
+
+A transaction that must be aborted is aborted and done again — its records produced anew,
+nothing lost, the aborted copies invisible to read_committed readers — up to
+:data:`REPLAYS` times; then the outcome is :class:`TransactionAborted` for the partitions
+whose answers it held, which the loop consumes again. Retriable errors are retried in
+:func:`~worker.kafka.failures.call`; a fatal error or a fenced producer is
+:class:`FatalKafkaError`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, TopicPartition
+
+from batcher import Partition
+from worker.kafka.failures import (
+    Abortable,
+    FatalKafkaError,
+    MessageTooLarge,
+    TransactionAborted,
+    call,
+    produce_checked,
+)
+from worker.kafka.produce import KafkaProducer, RecordLimits
+from worker.kafka.publisher import TIMEOUT_S, Outgoing
+from worker.obs.metrics import TxOutcome
+
+log = logging.getLogger(__name__)
+
+#: new transactions that redo an aborted one before its partitions' records are read again
+REPLAYS = 3
+
+
+@dataclass(frozen=True)
+class Handover:
+    """One transaction's worth: answers, the input partitions they answer, and offsets."""
+
+    records: tuple[Outgoing, ...]
+    origins: frozenset[Partition]
+    offsets: tuple[TopicPartition, ...]
+    metadata: Any  # consumer.consumer_group_metadata() when it was handed over
+
+
+class Committer:
+    """One transactional producer (``init_transactions`` done here) and its thread."""
+
+    def __init__(
+        self,
+        producer: KafkaProducer,
+        transactional_id: str,
+        limits: RecordLimits,
+        on_outcome: Callable[[TxOutcome], None],
+    ) -> None:
+        self.transactional_id = transactional_id
+        self._producer = producer
+        self._limits = limits
+        self._on_outcome = on_outcome
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="committer")
+        self._inflight: Future[None] | None = None
+        call(producer.init_transactions, TIMEOUT_S)
+
+    @property
+    def busy(self) -> bool:
+        """A handover is being committed."""
+        return self._inflight is not None and not self._inflight.done()
+
+    @property
+    def pending(self) -> bool:
+        """A handover was made whose outcome was not asked for yet."""
+        return self._inflight is not None
+
+    def hand(self, handover: Handover) -> None:
+        assert self._inflight is None, "the last handover's outcome was not asked for"
+        self._inflight = self._thread.submit(self._transact, handover)
+
+    def outcome(self) -> None:
+        """Wait for the handover in flight, if any: returns once it is committed, raises
+        :class:`TransactionAborted` or :class:`FatalKafkaError` otherwise."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is not None:
+            inflight.result()
+
+    def close(self, flush: bool = True) -> None:
+        """Stop the thread (after the handover in flight); ``flush`` the producer."""
+        self._thread.shutdown(wait=True)
+        if flush:
+            self._producer.flush(TIMEOUT_S)
+
+    def _transact(self, handover: Handover) -> None:
+        reason = ""
+        for _ in range(REPLAYS + 1):
+            try:
+                self._once(handover)
+                self._on_outcome("commit")
+                return
+            except Abortable as exc:
+                reason = str(exc)
+                log.warning("aborting a transaction of %s: %s", self.transactional_id, reason)
+                self._on_outcome("abort")
+                call(self._producer.abort_transaction, TIMEOUT_S)
+        raise TransactionAborted(handover.origins, f"{reason} ({REPLAYS} replays failed too)")
+
+    def _once(self, handover: Handover) -> None:
+        p = self._producer
+        call(p.begin_transaction)
+        for r in handover.records:
+            try:
+                produce_checked(
+                    p, self._limits(r.topic), r.topic, r.key, r.value, r.headers, _log_error
+                )
+            except MessageTooLarge as exc:  # checked with room to spare before the handover
+                raise FatalKafkaError(f"librdkafka refused a record it should take: {exc}") from exc
+        if handover.offsets:
+            offsets = list(handover.offsets)
+            call(p.send_offsets_to_transaction, offsets, handover.metadata, TIMEOUT_S)
+        call(p.commit_transaction, TIMEOUT_S)
+        p.poll(0)  # the delivery reports, for the log
+
+
+def _log_error(err: KafkaError | None, _msg: Message) -> None:
+    # errors inside a transaction surface again, and decide its fate, at commit_transaction
+    if err is not None:
+        log.warning("transactional delivery failed: %s", err)
