@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.chaos_report import ChaosReport
-from tests.integration.fleet import assigned, busy, fleet
+from tests.integration.fleet import Fleet, Member, assigned, busy, fleet
 from tests.integration.harness import ResultWatcher, publish, write_config
 from tests.integration.scenario import EXIT_GRACE_S, conclude, merged, paced, requests
 from worker.config import Config
@@ -57,6 +57,15 @@ def test_chaos_scale_up_while_long_batches_run(
         watcher.close()
 
 
+def _three_one_busy(workers: Fleet) -> Member:
+    """Three workers in the group; returns the first once it runs a batch."""
+    victim, *others = (workers.start() for _ in range(3))
+    for member in others:
+        workers.wait(member, assigned, 60, "a worker joins")
+    workers.wait(victim, busy, 60, "the first worker runs a batch")
+    return victim
+
+
 def test_chaos_scale_down_sigterm_one_of_three(
     kafka_config: Config, tmp_path: Path, chaos_report: ChaosReport
 ) -> None:
@@ -68,10 +77,7 @@ def test_chaos_scale_down_sigterm_one_of_three(
     watcher = ResultWatcher(config)
     try:
         with fleet(write_config(config, tmp_path / "worker.yaml")) as workers:
-            victim, *others = (workers.start() for _ in range(3))
-            for member in others:
-                workers.wait(member, assigned, 60, "a worker joins")
-            workers.wait(victim, busy, 60, "the worker to stop runs a batch")
+            victim = _three_one_busy(workers)
             timeout_s = config.worker.drain_timeout_s + EXIT_GRACE_S
             assert workers.stop(victim, timeout_s) == 0
             conclude(
@@ -156,12 +162,16 @@ def test_chaos_engine_hang_restarted_on_failed_liveness(
         watcher.close()
 
 
+@pytest.mark.parametrize("partitions", [6, 64])
 def test_sigkill_three_times_loses_nothing(
-    kafka_config: Config, tmp_path: Path, chaos_report: ChaosReport
+    kafka_config: Config, tmp_path: Path, chaos_report: ChaosReport, partitions: int
 ) -> None:
-    """Three SIGKILLs at random points of a 3,000-request run, each followed by a restart."""
+    """Three SIGKILLs at random points of a 3,000-request run, each followed by a restart;
+    with 64 partitions one worker commits all of them in one transaction, and each
+    replacement reclaims the 64 partitions' transactional ids."""
     config = paced(kafka_config, token_s=0.002)
-    n, batch_id = 3000, "sigkill"
+    config = replace(config, kafka=replace(config.kafka, partitions=partitions))
+    n, batch_id = 3000, f"sigkill-{partitions}"
     published = publish(config, requests(n, batch_id), keyed=True)
     watcher = ResultWatcher(config)
     kill_points = sorted(random.Random(3).sample(range(300, n - 300), 3))
@@ -174,41 +184,8 @@ def test_sigkill_three_times_loses_nothing(
                 worker = workers.restart(worker)
                 watcher.wait_for(before + 1, timeout_s=120)
             conclude(
-                "3 SIGKILLs in 3,000 requests",
-                config,
-                published.ends,
-                {batch_id: [r.custom_id for r in requests(n, batch_id)]},
-                watcher,
-                workers,
-                chaos_report,
-                tmp_path,
-                answer_bound_s=180,
-            )
-    finally:
-        watcher.close()
-
-
-def test_sigkill_three_times_with_64_partitions_loses_nothing(
-    kafka_config: Config, tmp_path: Path, chaos_report: ChaosReport
-) -> None:
-    """The same three SIGKILLs with 64 partitions: one worker commits all of them in one
-    transaction, and each replacement reclaims the 64 partitions' transactional ids."""
-    config = paced(kafka_config, token_s=0.002)
-    config = replace(config, kafka=replace(config.kafka, partitions=64))
-    n, batch_id = 3000, "sigkill-64"
-    published = publish(config, requests(n, batch_id), keyed=True)
-    watcher = ResultWatcher(config)
-    kill_points = sorted(random.Random(64).sample(range(300, n - 300), 3))
-    try:
-        with fleet(write_config(config, tmp_path / "worker.yaml")) as workers:
-            worker = workers.start()
-            for point in kill_points:
-                watcher.wait_for(point, timeout_s=120)
-                before = len(watcher.ids)
-                worker = workers.restart(worker)
-                watcher.wait_for(before + 1, timeout_s=120)
-            conclude(
-                "3 SIGKILLs in 3,000 requests, 64 partitions",
+                "3 SIGKILLs in 3,000 requests"
+                + ("" if partitions == 6 else f", {partitions} partitions"),
                 config,
                 published.ends,
                 {batch_id: [r.custom_id for r in requests(n, batch_id)]},
@@ -242,11 +219,7 @@ def test_a_worker_killed_for_good_holds_no_reader_back(
     watcher = ResultWatcher(config)
     try:
         with fleet(write_config(config, tmp_path / "worker.yaml")) as workers:
-            victim, *others = (workers.start() for _ in range(3))
-            for member in others:
-                workers.wait(member, assigned, 60, "a worker joins")
-            workers.wait(victim, busy, 60, "the worker to kill runs a batch")
-            workers.kill(victim)
+            workers.kill(_three_one_busy(workers))
             conclude(
                 "SIGKILL 1 of 3 for good, read_committed reader waiting",
                 config,

@@ -155,11 +155,18 @@ def test_an_assignment_of_a_lower_partition_commits_under_the_old_id_first() -> 
     assert w.broker.transactions[-1] == (w.txn_id(0), 1, w.offsets(p0=1))
 
 
-def test_a_transaction_aborted_for_good_drops_its_partitions_until_they_are_rewound() -> None:
+def _answered_then_failing(method: str, error: KafkaError, times: int = 1) -> _Worker:
+    """A worker owning every partition that answered one record of partition 0; its next
+    ``times`` calls of ``method`` fail with ``error``."""
     w = _Worker()
     w.publisher.assign(w.partitions)
     w.answer(0)
-    w.broker.fail("produce", STATE, times=REPLAYS + 1)
+    w.broker.fail(method, error, times)
+    return w
+
+
+def test_a_transaction_aborted_for_good_drops_its_partitions_until_they_are_rewound() -> None:
+    w = _answered_then_failing("produce", STATE, times=REPLAYS + 1)
     with pytest.raises(TransactionAborted) as aborted:
         w.publisher.commit()
     assert aborted.value.partitions == [w.partitions[0]]
@@ -176,18 +183,14 @@ def test_a_transaction_aborted_for_good_drops_its_partitions_until_they_are_rewo
     assert w.broker.transactions[-1] == (w.txn_id(0), 1, w.offsets(p0=1))
 
 
-def test_a_fenced_producer_is_fatal_unless_its_partitions_were_lost() -> None:
-    w = _Worker()
-    w.publisher.assign(w.partitions)
-    w.answer(0)
-    w.broker.fail("commit_transaction", FENCED)
+def test_a_fenced_producer_is_fatal() -> None:
+    w = _answered_then_failing("commit_transaction", FENCED)
     with pytest.raises(FatalKafkaError, match="fenced"):
         w.publisher.commit()
 
-    w = _Worker()
-    w.publisher.assign(w.partitions)
-    w.answer(0)
-    w.broker.fail("commit_transaction", FENCED)
+
+def test_a_fenced_producer_of_lost_partitions_is_dropped_quietly() -> None:
+    w = _answered_then_failing("commit_transaction", FENCED)
     w.publisher.maybe_commit(time.monotonic())
-    w.publisher.lost(w.partitions)  # the new owner fenced it: dropped quietly
+    w.publisher.lost(w.partitions)  # their new owner fenced it
     assert w.broker.transactions == []
