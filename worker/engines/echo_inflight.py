@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from worker.engines.base import Capacity, Completion, EngineBroken, EngineInput, InFlightEngine
 from worker.engines.echo import EchoEngine, echo_completion, encode_echo
+from worker.engines.finished import Finished
 from worker.engines.utilization import BusyMeter
 from worker.wire.messages import InferenceRequest
 
@@ -57,7 +58,7 @@ class EchoInFlightEngine(InFlightEngine):
         self._cond = threading.Condition()
         self._running: dict[str, _Sequence] = {}
         self._held_tokens = 0
-        self._done: dict[str, Completion] = {}  # finished, not collected yet
+        self._done = Finished(self._cond)  # finished, not collected yet
         self._failure: BaseException | None = None
         self._closed = False
         self._meter = BusyMeter()
@@ -90,16 +91,10 @@ class EchoInFlightEngine(InFlightEngine):
                 sequence = self._running.pop(key, None)
                 if sequence is not None:
                     self._held_tokens -= sequence.tokens
-                self._done.pop(key, None)  # finished but not collected: never reported now
+                self._done.discard(key)  # finished but not collected: never reported now
 
     def completions(self, timeout_s: float = 0.0) -> list[Completion]:
-        with self._cond:
-            if not self._done and timeout_s > 0:
-                self._cond.wait_for(lambda: self._done or self._failure is not None, timeout_s)
-            self._check()
-            out = list(self._done.values())
-            self._done.clear()
-            return out
+        return self._done.take(timeout_s, lambda: self._failure is not None, self._check)
 
     def capacity(self) -> Capacity:
         with self._cond:
@@ -165,6 +160,4 @@ class EchoInFlightEngine(InFlightEngine):
                     if sequence.steps_left == 0:
                         del self._running[key]
                         self._held_tokens -= sequence.tokens
-                        self._done[key] = sequence.completion
-                if self._done:
-                    self._cond.notify_all()
+                        self._done.add(sequence.completion)

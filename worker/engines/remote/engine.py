@@ -53,6 +53,7 @@ from worker.engines.base import (
     EngineInput,
     InFlightEngine,
 )
+from worker.engines.finished import Finished
 from worker.engines.remote.aimd import ConcurrencyWindow
 from worker.engines.remote.bodies import (
     AnswerError,
@@ -96,7 +97,7 @@ class RemoteEngine(InFlightEngine):
         self._cond = threading.Condition()
         self._inflight: dict[str, tuple[concurrent.futures.Future[None], int]] = {}
         self._held_tokens = 0
-        self._done: dict[str, Completion] = {}
+        self._done = Finished(self._cond)  # finished, not collected yet
         self._stats = RemoteStats()
         self._gate_closed = False
         self._rtt_s = 1.0  # request time, smoothed; what one round trip of the window takes
@@ -205,17 +206,11 @@ class RemoteEngine(InFlightEngine):
                 if entry is not None:
                     entry[0].cancel()  # cancels the task: its HTTP request is closed
                     self._held_tokens -= entry[1]
-                self._done.pop(key, None)
+                self._done.discard(key)
             self._stats.in_flight = len(self._inflight)
 
     def completions(self, timeout_s: float = 0.0) -> list[Completion]:
-        with self._cond:
-            if not self._done and timeout_s > 0:
-                self._cond.wait_for(lambda: self._done or self._failure is not None, timeout_s)
-            self._check()
-            out = list(self._done.values())
-            self._done.clear()
-            return out
+        return self._done.take(timeout_s, lambda: self._failure is not None, self._check)
 
     def capacity(self) -> Capacity:
         with self._cond:
@@ -261,9 +256,8 @@ class RemoteEngine(InFlightEngine):
             if entry is None:  # aborted meanwhile: never completed
                 return
             self._held_tokens -= entry[1]
-            self._done[key] = completion
             self._stats.in_flight = len(self._inflight)
-            self._cond.notify_all()
+            self._done.add(completion)
 
     async def _send(self, key: str, call: Call) -> Completion:
         """The request's one answer, after as many attempts as the errors allow."""
