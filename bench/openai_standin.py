@@ -52,6 +52,9 @@ class StandIn:
     token_per_seq_s: float = 0.0
     max_running: int = 64
     port: int = 0
+    # serve HTTPS with this certificate and key (PEM files); "" serves plain HTTP
+    certfile: str = ""
+    keyfile: str = ""
     requests: int = 0  # requests received (every endpoint but /models and /metrics)
     completed: int = 0  # generation requests answered
     hang: bool = False
@@ -89,7 +92,8 @@ class StandIn:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        scheme = "https" if self.certfile else "http"
+        return f"{scheme}://127.0.0.1:{self.port}/v1"
 
     # -- serving ---------------------------------------------------------------------------
 
@@ -174,7 +178,13 @@ class StandIn:
         """Serve on a thread of its own; returns once it accepts connections."""
         self.port = self.port or free_port()
         config = uvicorn.Config(
-            self.app(), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
+            self.app(),
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="off",
+            ssl_certfile=self.certfile or None,
+            ssl_keyfile=self.keyfile or None,
         )
         self._server = uvicorn.Server(config)
         ready = threading.Event()

@@ -36,6 +36,7 @@ import asyncio
 import concurrent.futures
 import os
 import random
+import ssl
 import threading
 import time
 from collections.abc import Collection, Sequence
@@ -125,7 +126,12 @@ class RemoteEngine(InFlightEngine):
         key = os.environ.get(r.api_key_env, "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._thread.start()
-        self._client = self._call(self._make_client(headers))
+        try:
+            self._client = self._call(self._make_client(headers))
+        except (OSError, ssl.SSLError) as exc:
+            raise ModelLoadError(
+                f"engine.remote.ca_bundle: cannot use {r.ca_bundle!r}: {exc}"
+            ) from exc
         served = self._call(self._served_models())
         if self.model_name not in served:
             raise ModelLoadError(
@@ -141,7 +147,7 @@ class RemoteEngine(InFlightEngine):
             base_url=r.base_url.rstrip("/"),
             headers=headers,
             timeout=r.timeout_s,
-            verify=r.ca_bundle or True,
+            verify=ssl.create_default_context(cafile=r.ca_bundle or None),
             follow_redirects=False,
             limits=httpx.Limits(max_connections=r.max_concurrency + 1),
         )
