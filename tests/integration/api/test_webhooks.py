@@ -7,7 +7,8 @@ anything is sent: ``api.webhook_allow_networks`` opens 127.0.0.1/32 and nothing 
 - a read_committed consumer of the events topic finds exactly one event per change;
 - a receiver answering 500 for 30 s gets every event once it recovers, with ``serve``
   restarted in between;
-- two replicas deliver each event once.
+- two replicas deliver each event once; a repeat comes only after an answer too late
+  and a hand-over, with the same ``webhook-id``.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from confluent_kafka import KafkaError, TopicPartition
 from openai import InvalidWebhookSignatureError, OpenAI
 
 from batchpipe.api import batches
+from batchpipe.api.app import Server
 from batchpipe.api.webhooks.relay import events_topic
-from tests.integration.api.conftest import Serve, sdk
+from tests.integration.api.conftest import KEYS, Serve, sdk
 from tests.integration.api.test_sdk_echo import batch_file, wait_for
 from tests.integration.harness import running_worker
 from worker.config import Config
@@ -51,10 +53,12 @@ class Delivery:
 
 class Receiver:
     """A webhook receiver on 127.0.0.1 that answers 500 until ``failing_until``
-    (time.monotonic()), 204 after, and keeps every delivery it saw."""
+    (time.monotonic()), 204 after, and keeps every delivery it saw. With ``hold`` set it
+    takes the first delivery but answers it only once ``hold`` is set (too late)."""
 
     def __init__(self) -> None:
         self.failing_until = 0.0
+        self.hold: threading.Event | None = None
         self.seen: list[Delivery] = []
         self._lock = threading.Lock()
         receiver = self
@@ -65,6 +69,9 @@ class Receiver:
                 status = 500 if time.monotonic() < receiver.failing_until else 204
                 with receiver._lock:
                     receiver.seen.append(Delivery(dict(self.headers), body, status))
+                    first = len(receiver.seen) == 1
+                if first and receiver.hold is not None:
+                    receiver.hold.wait(WAIT_S)
                 self.send_response(status)
                 self.send_header("content-length", "0")
                 self.end_headers()
@@ -77,6 +84,8 @@ class Receiver:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/hook"
 
     def close(self) -> None:
+        if self.hold is not None:
+            self.hold.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -150,26 +159,21 @@ def events_on_topic(config: Config, count: int) -> list[dict[str, object]]:
     partitions = clients.admin(config.kafka).list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, FROM_START) for p in partitions])
     found: list[dict[str, object]] = []
+    at_end: set[int] = set()  # partitions read to their end since their last record
     deadline = time.monotonic() + WAIT_S
     try:
-        while len(found) < count:
+        # at least count events, then everything committed to every partition's end
+        while len(found) < count or at_end != set(partitions):
             assert time.monotonic() < deadline, f"{len(found)} of {count} events on {topic}"
-            msg = consumer.poll(0.5)
-            if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):  # type: ignore[union-attr]
-                continue
-            found.append(json.loads(msg.value() or b""))
-        # and then everything committed, to every partition's end: each change once
-        at_end: set[int] = set()
-        while at_end != set(partitions):
-            assert time.monotonic() < deadline, f"{topic} not read to its end"
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
             error = msg.error()
-            if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                at_end.add(msg.partition() or 0)
-            elif error is None:
+            if error is None:
                 found.append(json.loads(msg.value() or b""))
+                at_end.discard(msg.partition() or 0)
+            elif error.code() == KafkaError._PARTITION_EOF:
+                at_end.add(msg.partition() or 0)
     finally:
         consumer.close()
     return found
@@ -277,6 +281,37 @@ def test_two_replicas_deliver_each_event_once(
         assert len(got) == len(ids) == 6
         assert len({d.headers["webhook-id"] for d in got}) == 6
         assert sum(delivered_count(s) for s in replicas) == 6
+
+
+def test_a_repeat_comes_only_after_an_answer_too_late_and_carries_the_same_webhook_id(
+    hook_config: Config, receiver: Receiver, tmp_path: Path
+) -> None:
+    """When a repeat happens: the receiver took a delivery but answered after
+    ``webhook_timeout_s``, and the replica that sent it handed over; the next one sends
+    the same bytes with the same ``webhook-id``."""
+    config = replace(hook_config, api=replace(hook_config.api, webhook_timeout_s=1.0))
+    receiver.hold = threading.Event()
+    replicas = [Server(config, KEYS).start(), Server(config, KEYS).start()]
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while sum(delivering(s) for s in replicas) != 1:
+            assert time.monotonic() < deadline, "no replica took the events partition"
+            time.sleep(0.2)
+        owner = next(s for s in replicas if delivering(s))
+        batch = failing_batch(sdk(owner), tmp_path, "late")
+        while not receiver.seen:  # taken, and held past the sender's timeout
+            assert time.monotonic() < deadline, "nothing was delivered"
+            time.sleep(0.2)
+        owner.stop()
+        replicas.remove(owner)
+        got = receiver.wait(lambda d: len(d) >= 2, "the repeat")
+        assert [unwrap(d) for d in got] == [("batch.failed", batch)] * 2
+        assert got[0].headers["webhook-id"] == got[1].headers["webhook-id"]
+        assert got[0].body == got[1].body
+    finally:
+        receiver.hold.set()
+        for server in replicas:
+            server.stop()
 
 
 def delivering(server: object) -> bool:
