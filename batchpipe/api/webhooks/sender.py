@@ -1,7 +1,8 @@
 """One attempt to deliver a webhook: a POST to the checked address, bounded in time.
 
 Each hop is checked by the :class:`~.addresses.AddressGuard` first and sent to the
-address it checked (``Host`` and TLS name as in the URL); a redirect (301, 302, 303, 307,
+address it checked (``Host``, and the TLS name its certificate is verified for, as in
+the URL); a redirect (301, 302, 303, 307,
 308) is followed at most :data:`MAX_REDIRECTS` times, re-sending the same POST, and
 only once its target passed the guard. Connecting, and each read and write, waits at
 most ``api.webhook_timeout_s``. Any 2xx is delivered; anything else is a failed attempt
@@ -10,6 +11,7 @@ most ``api.webhook_timeout_s``. Any 2xx is delivered; anything else is a failed 
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -31,10 +33,20 @@ class Outcome:
 
 
 class Sender:
-    def __init__(self, guard: AddressGuard, timeout_s: float) -> None:
+    def __init__(
+        self, guard: AddressGuard, timeout_s: float, verify: ssl.SSLContext | bool = True
+    ) -> None:
+        """``verify``: the certificates a receiver's TLS is checked against (httpx's
+        default, certifi's CAs; the tests' own CA)."""
         self._guard = guard
+        # no kept-alive connections: one is pinned to an address and verified for one
+        # name, and must never carry another name's delivery (webhooks are few)
         self._client = httpx.Client(
-            timeout=httpx.Timeout(timeout_s), follow_redirects=False, trust_env=False
+            timeout=httpx.Timeout(timeout_s),
+            follow_redirects=False,
+            trust_env=False,
+            verify=verify,
+            limits=httpx.Limits(max_keepalive_connections=0),
         )
 
     def close(self) -> None:
