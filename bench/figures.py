@@ -343,7 +343,25 @@ def overhead_headline(r: Result) -> str:
         f"{n(passthrough['requests_per_s'])} ({r['ratio_vs_passthrough']['worker, defaults']}×); "
         f"other settings: {others}; {worker['cpu_us_per_request']['process']:.0f} µs CPU per "
         f"request → one core ~{n(r['one_core_requests_per_s']['worker_process'])} req/s; "
-        f"slowest stage: {first} ({us:.0f} µs), then {then}"
+        f"slowest stage: {first} ({us:.0f} µs), then {then}{_overhead_loop(r, worker)}"
+    )
+
+
+def _overhead_loop(r: Result, worker: Result) -> str:
+    """Loop-thread and broker CPU per request against the defaults (issue 32's goals), for
+    the variants that have them."""
+    names = {v["name"] for v in r["variants"]}
+    if not {"worker, 64 partitions", "worker, realistic prompts"} <= names:
+        return ""
+    wide, realistic = variant(r, "worker, 64 partitions"), variant(r, "worker, realistic prompts")
+    cpu, wide_cpu = worker["cpu_us_per_request"], wide["cpu_us_per_request"]
+    realistic_loop = realistic["cpu_us_per_request"]["loop"]
+    wide_ratio = wide["requests_per_s"] / worker["requests_per_s"]
+    return (
+        f"; loop-thread CPU per request {cpu['loop']:.0f} µs, with realistic prompts "
+        f"({r['realistic_request_value_bytes']:.0f} B) {realistic_loop:.0f} µs; "
+        f"64 partitions {x(wide_ratio)} the defaults' requests/s, broker CPU "
+        f"{wide_cpu['broker']:.0f} µs per request vs {cpu['broker']:.0f}"
     )
 
 
