@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.engines.base import Completion, ResolvedSampling
+from worker.errors import BatchpipeError
 from worker.wire.messages import Choice, FinishReason, Logprobs, ResponseFormat, TokenLogprob
 
 PATHS = {
@@ -31,7 +32,7 @@ PATHS = {
 }
 
 
-class AnswerError(ValueError):
+class AnswerError(BatchpipeError, ValueError):
     """The server answered 200 with a body that is not what the endpoint returns."""
 
 
