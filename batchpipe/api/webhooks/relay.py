@@ -14,6 +14,9 @@ after it all, so a read_committed reader sees exactly one event per change of st
 Two versions with one status (two replicas racing on one change; one is refused but
 may have landed) give one event, as long as one relay reads both.
 
+Kafka failing under the relay (a transaction that cannot start, say) makes it leave the
+group and join again :data:`_REJOIN_S` later; another replica may relay meanwhile.
+
 An end older than ``api.webhook_give_up_after_s`` when relayed (the relay's first run
 over an existing state topic) is written to the events topic but not delivered.
 """
@@ -39,6 +42,8 @@ log = logging.getLogger("batchpipe.api.webhooks")
 
 _TXN_TIMEOUT_S = 30.0
 _READ = 500  # records a transaction covers at most
+_REJOIN_S = 5.0
+_INIT_STEP_S = 0.5
 
 
 def events_topic(kafka: KafkaConfig) -> str:
@@ -111,6 +116,7 @@ class EventRelay:
         self._deliverer = deliverer
         self._producer: Producer | None = None
         self._seen: dict[str, str] = {}  # batch id -> the status last relayed
+        self._takeover_failed: KafkaException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="api-events", daemon=True)
 
@@ -130,6 +136,18 @@ class EventRelay:
         return self._producer is not None
 
     def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._membership()
+            except Exception as exc:  # Kafka failing under the relay (init_transactions
+                # timing out, say): leave the group, and join it again in a while
+                if not self._stop.is_set():
+                    log.warning("relaying batch events failed, joining again: %r", exc)
+                self._revoked(None, [])
+                self._stop.wait(_REJOIN_S)
+
+    def _membership(self) -> None:
+        """One membership of the relay's group, until the relay stops or Kafka fails."""
         consumer = clients.consumer(self._kafka, f"{self._kafka.group_id}.api-events")
         consumer.subscribe(
             [self._kafka.state_topic],
@@ -137,26 +155,51 @@ class EventRelay:
             on_revoke=self._revoked,
             on_lost=self._revoked,
         )
+        self._takeover_failed = None
         try:
             while not self._stop.is_set():
                 messages = consumer.consume(_READ, 0.2)
+                if self._takeover_failed is not None:
+                    raise self._takeover_failed
                 if messages and self._producer is not None:
                     self._relay(consumer, self._producer, messages)
         finally:
-            consumer.close()  # revokes: the deliverer lets go first
+            try:
+                consumer.close()  # revokes: the deliverer lets go first
+            except KafkaException as exc:
+                log.warning("the relay's consumer did not leave its group cleanly: %s", exc)
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if not partitions:
             return
-        transactional_id = f"{self._kafka.group_id}.api-events.{self._kafka.state_topic}"
-        producer = clients.producer(self._kafka, transactional_id=transactional_id)
-        producer.init_transactions(_TXN_TIMEOUT_S)  # fences the previous owner
+        # nothing may escape a rebalance callback: librdkafka hands it back mangled (a
+        # bare KafkaError no except clause catches), so a failure is raised by the loop
+        try:
+            transactional_id = f"{self._kafka.group_id}.api-events.{self._kafka.state_topic}"
+            producer = clients.producer(self._kafka, transactional_id=transactional_id)
+            self._init_transactions(producer)  # fences the previous owner
+            self._deliverer.resume()
+        except KafkaException as exc:
+            self._takeover_failed = exc
+            return
         self._seen.clear()
         self._producer = producer
-        self._deliverer.resume()
         log.info("this replica relays batch events and delivers webhooks")
 
-    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _init_transactions(self, producer: Producer) -> None:
+        """``init_transactions`` in short steps (each resumes the last), so that a stop
+        never waits out its whole timeout while Kafka is down."""
+        deadline = time.monotonic() + _TXN_TIMEOUT_S
+        while True:
+            try:
+                producer.init_transactions(_INIT_STEP_S)
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                if self._stop.is_set() or time.monotonic() > deadline or not error.retriable():
+                    raise
+
+    def _revoked(self, consumer: Consumer | None, partitions: list[TopicPartition]) -> None:
         if self._producer is None:
             return
         self._deliverer.release()
