@@ -1,8 +1,10 @@
 """The worker: poll → decode → admit → batch → run → publish → commit, until stopped.
 
-One thread owns Kafka, the batcher and the offsets; the engine runs on its own thread
-(:mod:`worker.runner`) or its own scheduler (an in-flight engine), so the loop keeps
-polling, decoding and choosing what goes next while the engine computes. The stage
+One thread owns the consumer, the batcher and the offsets; the engine runs on its own
+thread (:mod:`worker.runner`) or its own scheduler (an in-flight engine), and under
+exactly-once the commits run on the committer thread (:mod:`worker.kafka.committer`), so
+the loop keeps polling, decoding and choosing what goes next while the engine computes
+and a transaction commits. The stage
 between them depends on how the engine is fed (:mod:`worker.stage`). Every consumed
 record is answered exactly once — a result, an error result or a dead letter — before its
 offset can be committed.
