@@ -41,6 +41,7 @@ them on every engine that runs here):
 
 from __future__ import annotations
 
+import random
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
@@ -70,6 +71,13 @@ MODEL_ENGINE_FIELDS = frozenset(
     {"temperature", "top_p", "top_k", "seed", "stop", "n", "logprobs", "top_logprobs"}
     | {"presence_penalty", "frequency_penalty", "repetition_penalty", "response_format"}
 )
+
+
+#: draws the seed of a request that gives none: seeded once per process from the system's
+#: entropy, then a plain generator (secrets.randbits was a system call per request, on
+#: the hot path); a drawn seed promises the user nothing but reproducibility from the
+#: resolved settings
+_SEEDS = random.Random(secrets.randbits(128))
 
 
 @dataclass(frozen=True)
@@ -126,7 +134,7 @@ class ResolvedSampling:
             ),
             top_p=1.0 if sampling.top_p is None else sampling.top_p,
             top_k=0 if sampling.top_k is None else sampling.top_k,
-            seed=secrets.randbits(63) if sampling.seed is None else sampling.seed,
+            seed=_SEEDS.getrandbits(63) if sampling.seed is None else sampling.seed,
             seeded=sampling.seed is not None,
             stop=tuple(s for s in sampling.stop if s),
             presence_penalty=(
