@@ -44,7 +44,8 @@ class _Tagged:
 class _Batch(_Tagged):
     key: str = ""
     waiting: int = 0
-    tokens: float = 1.0  # estimated tokens a request
+    tokens: float = 1.0  # estimated tokens a request: the mean of those added
+    added: int = 0
 
 
 @dataclass
@@ -79,8 +80,8 @@ class FairShare:
         self, batch_id: str, count: int, weight: float = 1.0, key: str = "", tokens: float = 1.0
     ) -> None:
         """``count`` more requests of ``batch_id`` wait (the first makes it active), each
-        of about ``tokens`` tokens; a batch keeps the key and weight it was first added
-        with."""
+        of about ``tokens`` estimated tokens; a batch keeps the key and weight it was first
+        added with."""
         if count < 1:
             return
         if not weight > 0:
@@ -91,13 +92,15 @@ class FairShare:
             if owner is None:
                 owner = self._keys[key] = _Key(weight, self._now, next(self._versions))
                 self._push_key(key, owner)
-            batch = _Batch(weight, owner.now, next(self._versions), key, 0, max(tokens, 1e-9))
+            batch = _Batch(weight, owner.now, next(self._versions), key)
             self._batches[batch_id] = batch
             owner.batches[batch_id] = batch
             owner.weight = max(owner.weight, weight)
             self._weights[weight] += 1
             _push(owner.heap, batch_id, batch)
         batch.waiting += count
+        batch.added += count
+        batch.tokens += (max(tokens, 1e-9) - batch.tokens) * count / batch.added
 
     def remove(self, batch_id: str) -> int:
         """Forget ``batch_id`` (its requests are gone); returns how many were waiting."""

@@ -195,8 +195,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         metavar="W",
         help="with scheduling.fair: this batch's share of the fleet against the other "
-        "active batches, in (0, 1000] (default: scheduling.weight, 1); without it the "
-        "batch joins the requests topic's FIFO and a weight is refused",
+        "active keys and its key's other batches, in (0, 1000] (default: "
+        "scheduling.weight, 1); without it the batch joins the requests topic's FIFO and a "
+        "weight is refused",
+    )
+    submit.add_argument(
+        "--key",
+        default="",
+        metavar="NAME",
+        help="with scheduling.fair: whose share this batch takes (a key's batches together "
+        'get one key\'s share; default: the unnamed key ""); refused without it',
     )
     limits = FileLimits()
     submit.add_argument(
@@ -441,8 +449,10 @@ def _submit(args: argparse.Namespace) -> int:
             check_weight(args.weight)
         except ValueError as exc:
             raise ConfigError(f"--weight: {exc}") from exc
+    if args.key and not config.scheduling.fair:
+        raise ConfigError("--key: applies with scheduling.fair only (a FIFO has no shares)")
     client = Client(config, limits=limits)
-    receipt = client.submit_file(args.file, args.batch_id, weight=args.weight)
+    receipt = client.submit_file(args.file, args.batch_id, weight=args.weight, key=args.key)
     print(receipt.batch_id, flush=True)
     print(f"submitted {receipt.total} requests from {args.file}", file=sys.stderr)
     return EXIT_OK

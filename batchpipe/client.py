@@ -48,7 +48,14 @@ from batchpipe.collect import (
 from batchpipe.progress import Progress
 from worker.config import Config, load_config, producer_max_bytes
 from worker.errors import BatchpipeError, RequestError
-from worker.feeder.naming import check_weight, pending_headers, pending_topic
+from worker.feeder.estimate import request_tokens
+from worker.feeder.naming import (
+    check_weight,
+    ensure_pending,
+    pending_headers,
+    pending_topic,
+    tokens_header,
+)
 from worker.kafka import clients
 from worker.kafka.produce import produce
 from worker.routing import RoutingTable
@@ -132,6 +139,7 @@ class Client:
         batch_id: str | None = None,
         *,
         weight: float | None = None,
+        key: str = "",
     ) -> SubmitReceipt:
         """Validate and publish requests (dataclasses or OpenAI/Bailian batch-line dicts).
 
@@ -141,13 +149,14 @@ class Client:
         publishing fails (nothing committed).
 
         With ``scheduling.fair`` the batch goes to the pending topic, and the feeder moves
-        it on by fair share (docs/architecture.md §10); ``weight`` (default
-        ``scheduling.weight``) is its share against other batches; ``ValueError`` when it
-        is not in (0, 1000].
+        it on by fair share (docs/architecture.md §10): ``key`` names whose share it takes
+        (the publisher's: a key's batches together get one key's share), ``weight``
+        (default ``scheduling.weight``) is its share against other keys and within its
+        key against its other batches; ``ValueError`` when it is not in (0, 1000].
         """
         checked = validate_requests(requests, self.limits)
         models = {r.model for r in checked}
-        return self._publish(checked, len(checked), batch_id, models, weight)
+        return self._publish(checked, len(checked), batch_id, models, weight, key)
 
     def submit_file(
         self,
@@ -155,6 +164,7 @@ class Client:
         batch_id: str | None = None,
         *,
         weight: float | None = None,
+        key: str = "",
     ) -> SubmitReceipt:
         """Validate and publish a JSONL batch file; see :meth:`submit`.
 
@@ -162,7 +172,7 @@ class Client:
         """
         scan = scan_file(path, self.limits)
         requests = iter_file(path, self.limits)
-        return self._publish(requests, scan.total, batch_id, scan.models, weight)
+        return self._publish(requests, scan.total, batch_id, scan.models, weight, key)
 
     def publish_file(
         self,
@@ -172,6 +182,7 @@ class Client:
         models: Collection[str],
         *,
         weight: float | None = None,
+        key: str = "",
     ) -> SubmitReceipt:
         """Publish a file that :func:`~batchpipe.batchfile.scan_file` already accepted
         (the API server validates each file once, at upload), naming ``models``; see
@@ -180,7 +191,8 @@ class Client:
         Publishing again with the same ``batch_id`` fences an earlier publisher of it and
         duplicates nothing that readers count: results are kept once per ``custom_id``.
         """
-        return self._publish(iter_file(path, self.limits), total, batch_id, models, weight)
+        requests = iter_file(path, self.limits)
+        return self._publish(requests, total, batch_id, models, weight, key)
 
     def _publish(
         self,
@@ -189,6 +201,7 @@ class Client:
         batch_id: str | None,
         models: Collection[str],
         weight: float | None,
+        key: str,
     ) -> SubmitReceipt:
         kafka, fair = self.config.kafka, self.config.scheduling.fair
         share = check_weight(self.config.scheduling.weight if weight is None else weight)
@@ -200,10 +213,10 @@ class Client:
         max_bytes = producer_max_bytes(kafka, self.config.limits)
         topics = [*sorted(set(routes.values())), kafka.results_topic, kafka.dead_letter_topic]
         clients.ensure_topics(kafka, topics, max_message_bytes=max_bytes)
-        if fair:  # one partition: one feeder moves it in order (§10)
-            pending = [pending_topic(t) for t in sorted(set(routes.values()))]
-            clients.ensure_topics(kafka, pending, partitions=1, max_message_bytes=max_bytes)
-        scheduling = pending_headers(batch_id, share) if fair else []
+        if fair:
+            ensure_pending(kafka, self.config.limits, sorted(set(routes.values())))
+        scheduling = pending_headers(batch_id, share, key) if fair else []
+        max_tokens = self.config.generation.max_tokens
         producer = clients.producer(
             kafka,
             transactional_id=f"batchpipe-submit-{batch_id}",
@@ -223,7 +236,8 @@ class Client:
                 )
                 value, headers = encode_request(stamped)
                 if fair:
-                    topic, headers = pending_topic(topic), [*headers, *scheduling]
+                    tokens = tokens_header(request_tokens(req, max_tokens))
+                    topic, headers = pending_topic(topic), [*headers, *scheduling, tokens]
                 produce(producer, topic, req.custom_id.encode(), value, headers)
             producer.commit_transaction(TRANSACTION_LIFETIME_S)
         except BaseException:
@@ -347,9 +361,9 @@ class Client:
         """The first request of the batch on a requests topic it may be routed to, None if
         there is none."""
         kafka = self.config.kafka
-        topics = list(self.routing.topics)
-        if self.config.scheduling.fair:  # not fed yet: still on the pending topic (§10)
-            topics += [pending_topic(t) for t in self.routing.topics]
+        # not fed yet: still on the pending topic (§10) — looked at whatever this client's
+        # own scheduling.fair says, since its publisher may have had the other setting
+        topics = [*self.routing.topics, *(pending_topic(t) for t in self.routing.topics)]
         for topic in topics:
             try:
                 consumer, partitions = open_reader(kafka, topic, since)

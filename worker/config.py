@@ -214,9 +214,10 @@ class ApiConfig:
 class SchedulingConfig:
     """Fair share between batches (docs/architecture.md §10)."""
 
-    # on: publishers write batches to <requests_topic>.pending and a feeder in the worker
-    # fleet moves them into the requests topic by weighted fair share; off: straight in
-    fair: bool = False
+    # on (the default: a fleet is shared as soon as a second user submits): publishers
+    # write batches to <requests_topic>.pending and a feeder in the worker fleet moves them
+    # into the requests topic by weighted fair share; off (the explicit opt-out): straight in
+    fair: bool = True
     weight: float = 1.0  # a batch's weight unless its publisher gives one
     quantum: int = 64  # requests a batch of weight 1 is fed per turn
     # the requests topic holds at most 2 × the fleet's bandwidth-delay product of fed,

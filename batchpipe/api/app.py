@@ -183,6 +183,9 @@ def create_app(
             return JSONResponse({"ready": False, "reason": reason}, status_code=503)
         except Exception as exc:  # any backend's failure makes the server not ready
             return JSONResponse({"ready": False, "reason": f"file store: {exc}"}, status_code=503)
+        stalled = svc.lifecycle.feeders.stalled(time.time())
+        if stalled is not None:  # ready still: a fleet scaled to zero needs its API up
+            return JSONResponse({"ready": True, "warning": stalled})
         return JSONResponse({"ready": True})
 
     @app.get("/metrics")

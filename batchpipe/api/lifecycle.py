@@ -43,6 +43,7 @@ from confluent_kafka import KafkaException
 
 from batchpipe.api import retention
 from batchpipe.api.assemble import assemble
+from batchpipe.api.feederwatch import NO_FEEDER_CODE, NO_FEEDER_S, FeederWatch
 from batchpipe.api.follow import ResultsFollower
 from batchpipe.api.linecheck import line_problems
 from batchpipe.api.records import BatchRecord, Counts, Usage
@@ -75,6 +76,7 @@ class Lifecycle:
         self._limits = limits
         self.results = ResultsFollower(config)
         self.retention = Retention(state, store)
+        self.feeders = FeederWatch(config)
         self._publishing: set[str] = set()
         self._announced: set[str] = set()  # cancelled batches whose stop the broker has
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="api-publish")
@@ -85,6 +87,7 @@ class Lifecycle:
 
     def start(self) -> None:
         self._thread.start()
+        self.feeders.start()
 
     def close(self) -> None:
         self._stop.set()
@@ -92,6 +95,7 @@ class Lifecycle:
             self._thread.join(30)
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.results.close()
+        self.feeders.close()
 
     @property
     def healthy(self) -> bool:
@@ -189,6 +193,7 @@ class Lifecycle:
                     batch.id,
                     (batch.model,),
                     weight=published_weight(self._config, batch.owner, batch.metadata),
+                    key=batch.owner,
                 )
             except UnroutedModelError as exc:
                 error = {"code": str(exc.code), "message": str(exc), "param": "model", "line": None}
@@ -269,6 +274,16 @@ class Lifecycle:
             done or now >= (batch.cancelling_at or 0) + self._config.api.cancel_grace_s
         ):
             self._end(batch, "cancelled", Stop(batch.id, "cancelled", now))
+        elif batch.status == "in_progress" and now - (batch.in_progress_at or now) >= NO_FEEDER_S:
+            why = self.feeders.stalled(now)
+            if why is not None and (tally is None or tally.completed + tally.failed == 0):
+                error = {
+                    "code": NO_FEEDER_CODE,
+                    "message": why,
+                    "param": "scheduling.fair",
+                    "line": None,
+                }
+                self._transition(batch.id, "in_progress", status="failed", errors=(error,))
 
     def _end(self, batch: BatchRecord, status: str, stop: Stop | None) -> None:
         if status == "completed" and batch.status == "in_progress":

@@ -1,10 +1,8 @@
 """The enqueued-token limit per key (``api.max_enqueued_tokens``), as OpenAI caps the
 tokens a key may have enqueued per model.
 
-A request's tokens are *estimated*, cheaply and without a tokenizer: its prompt
-(``prompt_token_ids`` when given, else its text — messages, prompt or embedding inputs —
-at :data:`CHARS_PER_TOKEN` characters a token, rounded up) plus its ``max_tokens`` (or
-``generation.max_tokens`` when the line gives none; 0 for embeddings). A batch's estimate
+A request's tokens are *estimated*, cheaply and without a tokenizer, as fair share
+charges them (:func:`worker.feeder.estimate.request_tokens`). A batch's estimate
 is recorded on it at create (``BatchRecord.tokens``), and what a key has enqueued is, over
 its batches that have not ended, each one's estimate × the share of its requests not
 answered yet. A batch that would take the key over its limit ends ``failed`` with
@@ -23,9 +21,8 @@ from pathlib import Path
 from batchpipe.api.records import BatchRecord, Counts
 from batchpipe.batchfile import FileLimits, iter_file
 from worker.config import Config
-from worker.wire.messages import InferenceRequest
+from worker.feeder.estimate import request_tokens
 
-CHARS_PER_TOKEN = 4
 ANY_KEY = "*"
 LIMIT_CODE = "token_limit_exceeded"
 
@@ -35,16 +32,6 @@ def token_limit(config: Config, owner: str) -> int | None:
     limits = config.api.max_enqueued_tokens
     found = limits.get(owner, limits.get(ANY_KEY))
     return None if found is None else int(found)
-
-
-def request_tokens(req: InferenceRequest, default_max_tokens: int) -> int:
-    text = sum(len(m.content) for m in req.messages) + len(req.prompt or "")
-    text += sum(len(t) for t in req.embedding_inputs)
-    prompt = len(req.prompt_token_ids) or math.ceil(text / CHARS_PER_TOKEN)
-    if req.endpoint == "embeddings":
-        return prompt
-    max_tokens = req.sampling.max_tokens
-    return prompt + (default_max_tokens if max_tokens is None else max_tokens)
 
 
 def file_tokens(path: Path, limits: FileLimits, default_max_tokens: int) -> int:

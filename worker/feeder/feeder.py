@@ -20,8 +20,9 @@ from prometheus_client import CollectorRegistry
 
 from worker.config import Config
 from worker.feeder.metrics import FeederMetrics
-from worker.feeder.mover import FeederError, Mover
-from worker.feeder.naming import pending_topic, state_topic
+from worker.feeder.mover import Mover
+from worker.feeder.naming import ensure_pending, pending_topic, state_topic
+from worker.feeder.readahead import FeederError
 from worker.kafka import clients
 from worker.kafka.consumer import KafkaConsumer
 
@@ -42,9 +43,8 @@ class Feeder:
 
     def start(self) -> None:
         k = self._config.kafka
-        pending, states = pending_topic(k.requests_topic), state_topic(k.requests_topic)
-        clients.ensure_topics(k, [pending], partitions=1)
-        clients.ensure_topics(k, [states], partitions=1, compacted=True)
+        ensure_pending(k, self._config.limits, [k.requests_topic])
+        clients.ensure_topics(k, [state_topic(k.requests_topic)], partitions=1, compacted=True)
         self._thread.start()
 
     def stop(self) -> None:

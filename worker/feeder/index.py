@@ -20,6 +20,7 @@ Pure logic: no Kafka here (:mod:`worker.feeder.feeder` reads and writes).
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -53,6 +54,7 @@ class PendingIndex:
         self.fed_to: dict[str, int] = dict(fed_to or {})
         #: per batch fully fed as far as scanned: the offset after its last record
         self.finished: dict[str, int] = {}
+        self._finished_order: list[tuple[int, str]] = []  # (end, batch id); stale ones too
         self.frontier = start  # the next offset to scan
         self._last_batch: str | None = None  # the batch of the record scanned last
 
@@ -93,6 +95,7 @@ class PendingIndex:
         if not batch.runs:
             del self.batches[batch_id]
             self.finished[batch_id] = self.fed_to[batch_id]
+            heapq.heappush(self._finished_order, (self.fed_to[batch_id], batch_id))
             if self._last_batch == batch_id:
                 self._last_batch = None
 
@@ -103,9 +106,14 @@ class PendingIndex:
 
     def retire(self, committed: int) -> list[str]:
         """Batches whose every record lies below ``committed`` (the pending partition's new
-        committed offset): a new feeder will never scan them, so their state can go."""
-        gone = [b for b, end in self.finished.items() if end <= committed]
-        for batch_id in gone:
-            del self.finished[batch_id]
-            self.fed_to.pop(batch_id, None)
+        committed offset): a new feeder will never scan them, so their state can go. Costs
+        O(log n) a batch retired, not a walk over every finished batch."""
+        gone: list[str] = []
+        order = self._finished_order
+        while order and order[0][0] <= committed:
+            end, batch_id = heapq.heappop(order)
+            if self.finished.get(batch_id) == end:  # else: active again, or retired
+                del self.finished[batch_id]
+                self.fed_to.pop(batch_id, None)
+                gone.append(batch_id)
         return gone

@@ -5,6 +5,11 @@ value is the batch's ``fed_to`` offset in the pending partition as decimal text,
 in the same transaction as the slice it covers, and a tombstone once no feeder will scan
 that batch again (:meth:`worker.feeder.index.PendingIndex.retire`). A feeder that takes
 the pending partition over reads it whole before it feeds anything.
+
+The feeder that holds the pending partition also writes, every :data:`ALIVE_EVERY_S`,
+the record :data:`ALIVE_KEY` → ``alive <unix seconds>``: ``serve`` reads it to tell a
+fleet that feeds from one where no feeder runs (``scheduling.fair`` off on the workers),
+which would otherwise leave a batch ``in_progress`` for ever (docs/architecture.md §10).
 """
 
 from __future__ import annotations
@@ -18,6 +23,21 @@ from worker.kafka import clients
 from worker.kafka.consumer import FROM_START
 
 READ_TIMEOUT_S = 60.0
+#: the key of the feeder's heartbeat: never a batch id (those have no NUL)
+ALIVE_KEY = b"\x00feeder-alive"
+ALIVE_EVERY_S = 10.0
+
+
+def alive(now: float) -> bytes:
+    return f"alive {now:.0f}".encode()
+
+
+def alive_at(value: bytes | None) -> float | None:
+    """When the heartbeat ``value`` was written; None when it is not one."""
+    if value is None or not value.startswith(b"alive "):
+        return None
+    stamp = value.removeprefix(b"alive ")
+    return float(stamp) if stamp.isdigit() else None
 
 
 def encode(fed_to: int) -> bytes:
@@ -47,6 +67,8 @@ def read_state(kafka: KafkaConfig, topic: str) -> dict[str, int]:
                     return fed_to
                 if error.fatal():
                     raise KafkaException(error)
+                continue
+            if msg.key() == ALIVE_KEY:
                 continue
             batch_id = (msg.key() or b"").decode("utf-8", "replace")
             value = msg.value()

@@ -137,13 +137,16 @@ def ensure_topics(
     *,
     compacted: bool = False,
     max_message_bytes: int | None = None,
+    retain_forever: bool = False,
 ) -> list[str]:
     """Create the topics that are missing; returns the names created.
 
     ``compacted`` topics keep the last record per key (``cleanup.policy=compact``). With
     ``max_message_bytes`` (the producers' ``message.max.bytes``) they are created with
     a ``max.message.bytes`` that takes such a record, whatever the broker's default
-    (1048588 on Apache Kafka). Existing topics are left as they are (docs/deploy.md).
+    (1048588 on Apache Kafka). ``retain_forever`` topics are created with
+    ``retention.ms=-1`` (records wait there until read). Existing topics are left as they
+    are (docs/deploy.md).
     """
     client = admin(kafka)
     existing = set(client.list_topics(timeout=timeout_s).topics)
@@ -154,6 +157,8 @@ def ensure_topics(
     config = {"cleanup.policy": "compact"} if compacted else {}
     if max_message_bytes is not None:
         config["max.message.bytes"] = str(max_message_bytes + BATCH_FRAMING_BYTES)
+    if retain_forever:
+        config["retention.ms"] = "-1"
     futures = client.create_topics(
         [NewTopic(t, count, kafka.replication_factor, config=config) for t in wanted],
         request_timeout=timeout_s,

@@ -12,7 +12,8 @@ from batchpipe.cli import EXIT_USAGE, main
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--weight", "2"], "--weight: applies with scheduling.fair only"),
+        (["--weight", "2", "--set", "scheduling.fair=false"], "--weight: applies with"),
+        (["--key", "alice", "--set", "scheduling.fair=false"], "--key: applies with"),
         (["--weight", "0", "--set", "scheduling.fair=true"], "--weight: weight must be > 0"),
         (["--weight", "1e9", "--set", "scheduling.fair=true"], "at most 1000"),
         (["--weight", "nan", "--set", "scheduling.fair=true"], "--weight"),

@@ -18,6 +18,7 @@ from worker.config import (
     EngineConfig,
     KafkaConfig,
     MetricsConfig,
+    SchedulingConfig,
     WorkerConfig,
 )
 from worker.service import Worker
@@ -66,6 +67,8 @@ def loop_config(
         engine=EngineConfig(kind="echo", engine_timeout_s=engine_timeout_s),
         metrics=MetricsConfig(enabled=False),
         worker=WorkerConfig(worker_id="w-test", drain_timeout_s=WAIT_S),
+        # the loop alone: the feeder (a Kafka client of its own) has tests/unit/worker/feeder
+        scheduling=SchedulingConfig(fair=False),
     )
 
 

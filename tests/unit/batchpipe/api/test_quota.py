@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from batchpipe.api.quota import LIMIT_CODE, request_tokens
+from batchpipe.api.quota import LIMIT_CODE
 from batchpipe.api.records import FileRecord
 from tests.unit.batchpipe.api.fakes import ALICE, client, services, stored_file, unit_config
+from worker.feeder.estimate import request_tokens
 from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
 
 BOB = {"Authorization": "Bearer sk-bob"}

@@ -56,7 +56,7 @@ def test_a_batch_weight_above_the_key_is_a_400_naming_it(tmp_path: Path) -> None
         assert ok.status_code == 200, ok.text
 
 
-def test_the_lifecycle_publishes_with_the_batch_weight(
+def test_the_lifecycle_publishes_with_the_batch_weight_and_the_owner_as_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from batchpipe.api.lifecycle import Lifecycle
@@ -65,8 +65,8 @@ def test_the_lifecycle_publishes_with_the_batch_weight(
     svc = services(unit_config(tmp_path, key_weights={"alice": 4.0}))
     published: list[Any] = []
 
-    def publish_file(self: Client, *args: Any, weight: float | None = None) -> None:
-        published.append(weight)
+    def publish_file(self: Client, *args: Any, weight: float | None = None, key: str = "") -> None:
+        published.append((weight, key))
 
     monkeypatch.setattr(Client, "publish_file", publish_file)
     # the stored files hold "{}": the endpoint check is not what this test is about
@@ -78,4 +78,6 @@ def test_the_lifecycle_publishes_with_the_batch_weight(
         )
         for batch in (plain, light):
             Lifecycle._validate_and_publish(svc.lifecycle, batch.id)
-    assert published == [4.0, 0.25]
+    # the owner is the key whose share both batches take (issue 33: keys first)
+    assert published == [(4.0, plain.owner), (0.25, light.owner)]
+    assert plain.owner

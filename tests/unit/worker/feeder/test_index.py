@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from worker.feeder.index import PendingIndex, Run
-from worker.feeder.naming import pending_headers, scheduled_as
+from worker.feeder.naming import Scheduled, pending_headers, scheduled_as, tokens_header
 
 
 def scanned(layout: str, index: PendingIndex | None = None) -> PendingIndex:
@@ -65,8 +65,21 @@ def test_a_record_outside_the_next_run_is_refused() -> None:
         index.fed("a", 4)  # the run after next
 
 
-def test_pending_headers_round_trip_and_bad_weights_count_as_one() -> None:
-    assert scheduled_as(pending_headers("batch-1", 2.5)) == ("batch-1", 2.5)
-    assert scheduled_as(None) == ("", 1.0)
-    assert scheduled_as([("batchpipe-batch-id", b"x"), ("batchpipe-weight", b"nan")]) == ("x", 1.0)
-    assert scheduled_as({"batchpipe-weight": b"-3"}) == ("", 1.0)
+def test_pending_headers_round_trip_and_bad_values_count_as_one() -> None:
+    headers = [*pending_headers("batch-1", 2.5, "alice"), tokens_header(300)]
+    assert scheduled_as(headers) == Scheduled("batch-1", 2.5, "alice", 300)
+    assert scheduled_as(None) == Scheduled("", 1.0, "", 1)
+    bad = [("batchpipe-batch-id", b"x"), ("batchpipe-weight", b"nan"), ("batchpipe-tokens", b"-4")]
+    assert scheduled_as(bad) == Scheduled("x", 1.0, "", 1)
+    assert scheduled_as({"batchpipe-weight": b"-3"}) == Scheduled()
+
+
+def test_retire_visits_only_what_it_retires_and_skips_a_batch_active_again() -> None:
+    index = PendingIndex()
+    for offset in range(100_000):  # 100,000 one-record batches, all fed
+        index.scan(offset, f"b{offset}", 1.0)
+        index.fed(f"b{offset}", offset)
+    assert index.retire(10) == [f"b{o}" for o in range(10)]
+    assert len(index.finished) == 99_990 and len(index._finished_order) == 99_990
+    index.scan(100_000, "b50", 1.0)  # b50 again: active, its old end no longer retires it
+    assert "b50" not in index.retire(60) and "b50" in index.batches
