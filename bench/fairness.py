@@ -1,7 +1,8 @@
 """Fair share: small batches arriving while a large one runs, with and without the feeder.
 
-One embedded broker, one worker, the echo engine paced at ``--token-s`` per decoding step
-(4 tokens an answer), in one run:
+One embedded broker, one worker, the echo engine paced at 20 ms and at 1 s per decoding
+step (4 tokens an answer; the large batch sized per pace so an arm takes under a minute),
+each pace in one run of:
 
 1. **alone**: the large batch (``--large`` requests) alone, with ``scheduling.fair`` off
    (today's FIFO) and on — single-batch throughput, fair against FIFO;
@@ -13,14 +14,19 @@ One embedded broker, one worker, the echo engine paced at ``--token-s`` per deco
    take the pipeline's latency, whatever the share);
 4. **concurrent**, FIFO and fair: four batches of ``--large``/4 requests submitted
    together; Jain's fairness index of the requests each got answered while all four were
-   active (1.0: equal shares; 0.25: one batch got everything).
+   active (1.0: equal shares; 0.25: one batch got everything), and their total
+   requests/s, fair against FIFO.
 
-    .venv/bin/python -m bench.fairness [--large 20000] [--token-s 0.005] [--every 0.5]
+Then, at 1 s a step, the large batch alone on **three workers**, FIFO and fair; and the
+feeder's mover alone (:mod:`bench.mover`: one, four and 64 active batches).
+
+    .venv/bin/python -m bench.fairness [--large-20ms 8000] [--large-1s 320] [--every 0.5]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -28,6 +34,7 @@ from dataclasses import replace
 from typing import Any
 
 from batchpipe.client import Client
+from bench import mover
 from bench.common import fresh_config, write_result
 from bench.latency import Seen, read_answers, wait_for
 from tests.integration.harness import running_worker
@@ -37,6 +44,8 @@ from worker.kafka.broker import EmbeddedBroker
 
 SMALL = 10
 SMALL_BATCHES = 10
+#: seconds a decoding step, and the large batch's default size at that pace
+PACES = ((0.02, 8_000), (1.0, 320))
 
 
 def lines(prefix: str, n: int) -> list[dict[str, Any]]:
@@ -90,33 +99,43 @@ class Arm:
             return sum(1 for i in ids if start <= self.seen.answers[i][0] <= end)
 
 
-def run_arm(bootstrap: str, token_s: float, fair: bool, plan: str, args: Any) -> dict[str, Any]:
+def run_arm(
+    bootstrap: str,
+    token_s: float,
+    fair: bool,
+    plan: str,
+    large: int,
+    every: float,
+    workers: int = 1,
+) -> dict[str, Any]:
     arm = Arm(bootstrap, token_s, fair)
     stop = threading.Event()
     reader = threading.Thread(target=read_answers, args=(arm.config, arm.seen, stop), daemon=True)
     reader.start()
     try:
-        with running_worker(arm.config):
+        with contextlib.ExitStack() as fleet:
+            for _ in range(workers):
+                fleet.enter_context(running_worker(arm.config))
             wait_for(arm.seen, arm.submit("warm", 1), 120)
             if plan == "concurrent":
-                return _concurrent(arm, args.large // 4)
+                return _concurrent(arm, large // 4)
             if plan == "small":
                 ids = arm.submit("small", SMALL)
                 wait_for(arm.seen, ids, 120)
                 return {"seconds": round(arm.done_at(ids) - arm.submitted["small"], 3)}
-            large = arm.submit("large", args.large)
+            ids = arm.submit("large", large)
             smalls: list[tuple[str, list[str]]] = []
             if plan == "mixed":
                 for k in range(SMALL_BATCHES):
-                    time.sleep(args.every)
+                    time.sleep(every)
                     smalls.append((f"small{k}", arm.submit(f"small{k}", SMALL)))
-            wait_for(arm.seen, large, 1800)
-            for _, ids in smalls:
-                wait_for(arm.seen, ids, 600)
-            seconds = arm.done_at(large) - arm.submitted["large"]
+            wait_for(arm.seen, ids, 1800)
+            for _, small in smalls:
+                wait_for(arm.seen, small, 600)
+            seconds = arm.done_at(ids) - arm.submitted["large"]
             row: dict[str, Any] = {
                 "large_seconds": round(seconds, 2),
-                "large_requests_per_s": round(args.large / seconds, 1),
+                "large_requests_per_s": round(large / seconds, 2),
             }
             if plan == "mixed":
                 row["small"] = [_small(arm, name, ids) for name, ids in smalls]
@@ -132,6 +151,7 @@ def _small(arm: Arm, name: str, ids: list[str]) -> dict[str, Any]:
 
 def _concurrent(arm: Arm, each: int) -> dict[str, Any]:
     batches: list[list[str]] = [[] for _ in range(4)]
+    started = time.time()
 
     def submit(k: int) -> None:  # together: none gets a head start while another publishes
         batches[k] = arm.submit(f"c{k}", each)
@@ -147,55 +167,87 @@ def _concurrent(arm: Arm, each: int) -> dict[str, Any]:
         firsts = [min(arm.seen.answers[i][0] for i in ids) for ids in batches]
     start, end = max(firsts), min(arm.done_at(ids) for ids in batches)
     shares = [arm.answered_between(ids, start, end) for ids in batches]
+    last = max(arm.done_at(ids) for ids in batches)
     return {
+        "requests_per_s": round(4 * each / (last - started), 2),
         "window_s": round(end - start, 2),
         "answered_in_window": shares,
         "jain": round(jain(shares), 3) if end > start else 0.25,
     }
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--large", type=int, default=20_000)
-    parser.add_argument("--token-s", type=float, default=0.005)
-    parser.add_argument("--every", type=float, default=0.5, help="seconds between small batches")
-    args = parser.parse_args(argv)
-    with EmbeddedBroker() as broker:
-        b, t = broker.bootstrap, args.token_s
-        alone_fifo = run_arm(b, t, False, "alone", args)
-        alone_fair = run_arm(b, t, True, "alone", args)
-        small_alone = run_arm(b, t, True, "small", args)["seconds"]
-        mixed = {mode: run_arm(b, t, mode == "fair", "mixed", args) for mode in ("fifo", "fair")}
-        concurrent = {
-            mode: run_arm(b, t, mode == "fair", "concurrent", args) for mode in ("fifo", "fair")
-        }
+def run_pace(bootstrap: str, token_s: float, large: int, every: float) -> dict[str, Any]:
+    """Every arm at one pace, side by side."""
+
+    def arm(fair: bool, plan: str) -> dict[str, Any]:
+        return run_arm(bootstrap, token_s, fair, plan, large, every)
+
+    alone = {"fifo": arm(False, "alone"), "fair": arm(True, "alone")}
+    small_alone = {"fifo": arm(False, "small")["seconds"], "fair": arm(True, "small")["seconds"]}
+    mixed = {mode: arm(mode == "fair", "mixed") for mode in ("fifo", "fair")}
+    concurrent = {mode: arm(mode == "fair", "concurrent") for mode in ("fifo", "fair")}
     for row in mixed.values():
         for small in row["small"]:
-            small["slowdown"] = round(small["seconds"] / small_alone, 2)
-    payload = {
-        "setup": {
-            "large": args.large,
-            "small": SMALL,
-            "small_batches": SMALL_BATCHES,
-            "every_s": args.every,
-            "token_s": t,
-            "max_tokens": 4,
-            "workers": 1,
-        },
-        "alone": {"fifo": alone_fifo, "fair": alone_fair},
+            small["slowdown"] = round(small["seconds"] / small_alone["fair"], 2)
+    result: dict[str, Any] = {
+        "token_s": token_s,
+        "large": large,
+        "alone": alone,
         "single_batch_throughput_fair_vs_fifo": round(
-            alone_fair["large_requests_per_s"] / alone_fifo["large_requests_per_s"], 3
+            alone["fair"]["large_requests_per_s"] / alone["fifo"]["large_requests_per_s"], 3
         ),
         "small_alone_seconds": small_alone,
+        "small_alone_fair_vs_fifo": round(small_alone["fair"] / small_alone["fifo"], 2),
         "mixed": mixed,
         "concurrent": concurrent,
+        "concurrent_throughput_fair_vs_fifo": round(
+            concurrent["fair"]["requests_per_s"] / concurrent["fifo"]["requests_per_s"], 3
+        ),
         "fifo_jain": concurrent["fifo"]["jain"],
         "fair_jain": concurrent["fair"]["jain"],
     }
     for mode, row in mixed.items():
         slowdowns = sorted(s["slowdown"] for s in row["small"])
-        payload[f"{mode}_small_slowdown_median"] = slowdowns[len(slowdowns) // 2]
-        payload[f"{mode}_small_slowdown_max"] = slowdowns[-1]
+        result[f"{mode}_small_slowdown_median"] = slowdowns[len(slowdowns) // 2]
+        result[f"{mode}_small_slowdown_max"] = slowdowns[-1]
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--large-20ms", type=int, default=PACES[0][1])
+    parser.add_argument("--large-1s", type=int, default=PACES[1][1])
+    parser.add_argument("--every", type=float, default=0.5, help="seconds between small batches")
+    args = parser.parse_args(argv)
+    sizes = {PACES[0][0]: args.large_20ms, PACES[1][0]: args.large_1s}
+    with EmbeddedBroker() as broker:
+        b = broker.bootstrap
+        paces = {f"{t:g}": run_pace(b, t, sizes[t], args.every) for t, _ in PACES}
+        slow, three = PACES[1][0], 3 * args.large_1s
+        fleet = {
+            mode: run_arm(b, slow, mode == "fair", "alone", three, args.every, workers=3)
+            for mode in ("fifo", "fair")
+        }
+        moved = mover.run(b, 64_000)
+    payload = {
+        "setup": {
+            "small": SMALL,
+            "small_batches": SMALL_BATCHES,
+            "every_s": args.every,
+            "max_tokens": 4,
+            "workers": 1,
+        },
+        "paces": paces,
+        "three_workers": {
+            "token_s": slow,
+            "large": three,
+            **fleet,
+            "throughput_fair_vs_fifo": round(
+                fleet["fair"]["large_requests_per_s"] / fleet["fifo"]["large_requests_per_s"], 3
+            ),
+        },
+        "mover": moved,
+    }
     write_result("fairness", payload)
     print(payload)
     return payload

@@ -232,20 +232,41 @@ def latency_headline(r: Result) -> str:
     return "; ".join(rows)
 
 
-def fairness_short(r: Result) -> str:
+def _pace(r: Result, token_s: str) -> str:
+    p = r["paces"][token_s]
+    step = "20 ms" if token_s == "0.02" else f"{float(token_s):g} s"
     return (
-        f"10-request batches behind {n(r['setup']['large'])}: median slowdown "
-        f"**{x(r['fair_small_slowdown_median'])}** fair vs {x(r['fifo_small_slowdown_median'])} "
-        f"FIFO; one batch alone **{x(r['single_batch_throughput_fair_vs_fifo'])}** FIFO's "
-        "requests/s"
+        f"at {step} a step, 10-request batches behind {n(p['large'])}: median slowdown "
+        f"**{x(p['fair_small_slowdown_median'])}** fair vs {x(p['fifo_small_slowdown_median'])} "
+        f"FIFO; one batch alone **{x(p['single_batch_throughput_fair_vs_fifo'])}** FIFO's "
+        f"requests/s, four together **{x(p['concurrent_throughput_fair_vs_fifo'])}**"
+    )
+
+
+def fairness_short(r: Result) -> str:
+    three = r["three_workers"]
+    return (
+        f"{_pace(r, '0.02')}; {_pace(r, '1')}; three workers at 1 s a step "
+        f"**{x(three['throughput_fair_vs_fifo'])}** FIFO's requests/s; the feeder alone moves "
+        f"**{n(r['mover']['64']['requests_per_s'])} req/s** with 64 active batches"
     )
 
 
 def fairness_headline(r: Result) -> str:
+    def worst(token_s: str) -> str:
+        p = r["paces"][token_s]
+        return (
+            f"worst small-batch slowdown {x(p['fair_small_slowdown_max'])} fair vs "
+            f"{x(p['fifo_small_slowdown_max'])} FIFO, Jain's index of four batches "
+            f"{p['fair_jain']:.2f} fair, {p['fifo_jain']:.2f} FIFO, a small batch alone "
+            f"{x(p['small_alone_fair_vs_fifo'])} its FIFO time"
+        )
+
+    mover = r["mover"]
     return (
-        f"{fairness_short(r)}; worst small-batch slowdown {x(r['fair_small_slowdown_max'])} "
-        f"fair vs {x(r['fifo_small_slowdown_max'])} FIFO; Jain's index of four batches "
-        f"submitted together {r['fair_jain']:.2f} fair, {r['fifo_jain']:.2f} FIFO"
+        f"{fairness_short(r)}. At 20 ms: {worst('0.02')}; at 1 s: {worst('1')}; the mover "
+        f"alone: one batch {n(mover['1']['requests_per_s'])} req/s, four "
+        f"{n(mover['4']['requests_per_s'])} req/s"
     )
 
 
@@ -674,11 +695,12 @@ BENCHES: tuple[Bench, ...] = (
         "fairness.py",
         "fairness",
         "python -m bench.fairness",
-        "small batches arriving while a large one runs, FIFO vs fair share (issue 23)",
+        "small batches arriving while a large one runs, FIFO vs fair share (issues 23, 33)",
         lambda r: (
-            f"one worker, echo at {r['setup']['token_s'] * 1000:.0f} ms a step, "
-            f"{r['setup']['small_batches']} batches of {r['setup']['small']} every "
-            f"{r['setup']['every_s']} s behind {n(r['setup']['large'])}"
+            f"one worker, echo at 20 ms and at 1 s a step, {r['setup']['small_batches']} "
+            f"batches of {r['setup']['small']} every {r['setup']['every_s']} s behind "
+            f"{n(r['paces']['0.02']['large'])} and {n(r['paces']['1']['large'])}; three "
+            f"workers at 1 s; the mover alone with {n(r['mover']['64']['requests'])} requests"
         ),
         fairness_headline,
     ),

@@ -291,25 +291,26 @@ def latency(result: Result, axes: list[Axes]) -> None:
 
 
 def fairness(result: Result, axes: list[Axes]) -> None:
-    small = result["mixed"]
+    paces = result["paces"]
+    step = {"0.02": "20 ms", "1": "1 s"}
     _bars(
         axes[0],
-        ["FIFO median", "FIFO max", "fair median", "fair max"],
-        [
-            result["fifo_small_slowdown_median"],
-            result["fifo_small_slowdown_max"],
-            result["fair_small_slowdown_median"],
-            result["fair_small_slowdown_max"],
-        ],
-        f"{len(small['fair']['small'])} small batches behind {result['setup']['large']:,}",
+        [f"{mode} {step[t]}" for t in paces for mode in ("FIFO", "fair")],
+        [paces[t][f"{mode}_small_slowdown_median"] for t in paces for mode in ("fifo", "fair")],
+        "small batches behind a large one: median slowdown",
         "time ÷ time alone",
     )
+    three = result["three_workers"]
     _bars(
         axes[1],
-        ["FIFO", "fair"],
-        [r["large_requests_per_s"] for r in result["alone"].values()],
-        "one large batch alone",
-        "requests/s",
+        [*(f"alone {step[t]}" for t in paces), *(f"four {step[t]}" for t in paces), "3 workers"],
+        [
+            *(paces[t]["single_batch_throughput_fair_vs_fifo"] for t in paces),
+            *(paces[t]["concurrent_throughput_fair_vs_fifo"] for t in paces),
+            three["throughput_fair_vs_fifo"],
+        ],
+        "fair share's requests/s ÷ FIFO's",
+        "ratio",
     )
 
 

@@ -1,7 +1,10 @@
 """Batch jobs through the Client and CLI on a real broker, with results published directly.
 
 No worker runs here: results are InferenceResult records written to the results topic
-with the codec, as a worker would, so collect/status are tested on their own.
+with the codec, as a worker would, so collect/status are tested on their own. The tests
+read what was published from the requests topic, so they publish with fair share off
+(``scheduling.fair: false``: straight into the requests topic); the pending topic's path
+is tested in tests/integration/test_fair_share.py.
 """
 
 from __future__ import annotations
@@ -30,6 +33,13 @@ from worker.wire.messages import ErrorInfo, InferenceRequest, InferenceResult, U
 pytestmark = pytest.mark.integration
 
 LIMITS = CodecLimits.from_config(LimitsConfig())
+
+
+@pytest.fixture
+def kafka_config(kafka_config: Config) -> Config:
+    """The session's config with fair share off: these tests play the worker."""
+    return replace(kafka_config, scheduling=replace(kafka_config.scheduling, fair=False))
+
 
 EVERY_FIELD: list[dict[str, Any]] = [
     {
@@ -301,6 +311,8 @@ def test_cli_submit_status_collect_without_a_terminal(kafka_config: Config, tmp_
         f"kafka.results_topic={kafka.results_topic}",
         "--set",
         f"kafka.dead_letter_topic={kafka.dead_letter_topic}",
+        "--set",
+        "scheduling.fair=false",
     ]
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -24,6 +24,7 @@ from batchpipe.client import Client
 from bench.fairness import lines
 from tests.integration.fleet import Member, fleet
 from tests.integration.harness import ResultWatcher, running_worker, write_config
+from worker.cancellations import Stop, announce
 from worker.config import Config
 
 pytestmark = pytest.mark.integration
@@ -205,5 +206,27 @@ def test_a_key_that_splits_its_work_into_ten_batches_gets_no_more(kafka_config: 
             assert alice / (alice + bob) <= 0.55, f"alice {alice}, bob {bob}"
             watcher.wait_until(lambda: len(watcher.ids) == 12_001, 240, "both keys")
             exactly_once(watcher, 12_001)
+    finally:
+        watcher.close()
+
+
+def test_a_cancelled_batch_leaves_its_share_and_is_answered_at_once(kafka_config: Config) -> None:
+    """Issue 33, item 8: the feeder never read the control topic, so a cancelled batch kept
+    taking turns until its last record was fed, each answered 4005 only in its turn."""
+    config = fair(kafka_config, token_s=0.01)
+    client, watcher = Client(config), ResultWatcher(config)
+    try:
+        with running_worker(config):
+            warm_up(client, watcher)
+            doomed = client.submit(lines("doomed", 6_000))
+            client.submit(lines("kept", 6_000))
+            watcher.wait_until(lambda: answered(watcher, "kept") >= 100, 240, "both running")
+            announce(config.kafka, Stop(doomed.batch_id, "cancelled", time.time()))
+            watcher.wait_until(lambda: answered(watcher, "doomed") == 6_000, 240, "all doomed")
+            # drained in bulk, outside the shares: the kept batch is far from done
+            assert answered(watcher, "kept") <= 0.8 * 6_000
+            cancelled = [r for i, r in watcher.first.items() if i.startswith("doomed") and r.error]
+            assert cancelled and all(r.error and r.error.code == 4005 for r in cancelled)
+            watcher.wait_until(lambda: answered(watcher, "kept") == 6_000, 240, "the kept one")
     finally:
         watcher.close()

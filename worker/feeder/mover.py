@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from batcher.fairshare import FairShare
+from worker.cancellations import Cancellations, TopicReader
 from worker.config import Config, producer_max_bytes
 from worker.feeder import state
 from worker.feeder.depth import Depth
@@ -28,6 +29,7 @@ from worker.feeder.index import PendingIndex
 from worker.feeder.metrics import FeederMetrics
 from worker.feeder.naming import pending_topic, scheduled_as, state_topic
 from worker.feeder.readahead import ReadAhead
+from worker.feeder.stops import Drain
 from worker.kafka import clients
 from worker.kafka.consumer import KafkaConsumer, resume_points
 
@@ -58,6 +60,7 @@ class Mover:
         self.fair = FairShare(config.scheduling.quantum)
         self._reader = clients.consumer(k, f"{k.group_id}.feeder-reader")
         self.ahead = ReadAhead(self._reader, self._pending, self.index)
+        self.drain = Drain(Cancellations(TopicReader(k)), self.fair, self.index)
         self._alive_sent, self._alive = 0.0, b""
         self._offsets = clients.consumer(k)  # the worker group's, for its committed offsets
         topics = self._offsets.list_topics(self._requests, timeout=TIMEOUT_S).topics
@@ -71,6 +74,7 @@ class Mover:
         )
 
     def close(self) -> None:
+        self.drain.close()
         self._reader.close()
         self._offsets.close()
         self._producer.flush(TIMEOUT_S)
@@ -85,28 +89,30 @@ class Mover:
             first = to.batch_id not in self.index.batches
             if self.index.scan(offset, to.batch_id, to.weight):
                 self.ahead.scanned(to.batch_id, m, first)
-                weight = self.index.batches[to.batch_id].weight
-                self.fair.add(to.batch_id, 1, weight, to.key, to.tokens)
+                if not self.drain.stopped(to.batch_id):
+                    weight = self.index.batches[to.batch_id].weight
+                    self.fair.add(to.batch_id, 1, weight, to.key, to.tokens)
         self._metrics.active(len(self.fair))
 
     def feed(self) -> int:
         """Move what fair share chooses and the depth allows; returns how many moved."""
         room = min(self.depth.room(), STEP_MAX)
         self._metrics.depth(self.depth.depth, self.depth.limit)
-        if room <= 0 or not len(self.fair):
+        slices = self.drain.slices(self.ahead, STEP_MAX)  # stopped: outside shares and depth
+        shared = 0
+        while room > 0 and (picked := self.fair.next(room)) is not None:
+            batch_id, count = picked
+            slices.append((batch_id, self.ahead.take(batch_id, count)))
+            room, shared = room - count, shared + count
+        if not slices:
             if self._alive_due():  # idle or full: serve still sees a feeder
                 self._producer.begin_transaction()
                 self._producer.produce(self._state, key=state.ALIVE_KEY, value=self._alive)
                 self._producer.commit_transaction(TIMEOUT_S)
             return 0
-        slices: list[tuple[str, list[Message]]] = []
-        while room > 0 and (picked := self.fair.next(room)) is not None:
-            batch_id, count = picked
-            slices.append((batch_id, self.ahead.take(batch_id, count)))
-            room -= count
         self._commit(slices)
         moved = sum(len(records) for _, records in slices)
-        self.depth.fed(moved)
+        self.depth.fed(shared)
         self._metrics.fed(moved)
         self._metrics.active(len(self.fair))
         return moved

@@ -18,6 +18,7 @@ from tests.integration.api.test_sdk_echo import batch_file, wait_for
 from tests.integration.harness import reader, running_worker
 from tests.openai_sdk import ErrorObject, sdk_parse
 from worker.config import Config
+from worker.feeder.naming import pending_topic
 
 pytestmark = pytest.mark.integration
 
@@ -41,15 +42,17 @@ def upload(server: Server, content: bytes, purpose: str = "batch", **kw: Any) ->
 
 
 def published(config: Config) -> int:
-    """Records on the requests topic: the sum of its partitions' end offsets."""
-    topic = config.kafka.requests_topic
-    consumer = reader(config, topic)
+    """Records on the requests topic and its pending topic (fair share, on by default):
+    the sum of their partitions' end offsets."""
+    topics = [config.kafka.requests_topic, pending_topic(config.kafka.requests_topic)]
+    consumer = reader(config, topics[0])
     try:
-        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        return sum(
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-            for p in partitions
-        )
+        total = 0
+        for topic in topics:
+            found = consumer.list_topics(topic, timeout=30).topics.get(topic)
+            for p in found.partitions if found is not None and found.error is None else ():
+                total += consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+        return total
     finally:
         consumer.close()
 

@@ -15,9 +15,9 @@ from bench import run_all
 
 BENCH = Path(run_all.__file__).resolve().parent
 # shared helpers, the charts, the published figures, the runner itself, the stand-in OpenAI
-# server (bench.remote's and the tests'), and the check for a machine with a GPU (gpu_check
-# and its sections)
-NOT_BENCHMARKS = {"__init__", "common", "plot", "figures", "tables", "run_all"} | {
+# server (bench.remote's and the tests'), the feeder's mover (part of bench.fairness), and
+# the check for a machine with a GPU (gpu_check and its sections)
+NOT_BENCHMARKS = {"__init__", "common", "plot", "figures", "tables", "run_all", "mover"} | {
     "openai_standin",
     "gpu_check",
     "gpu_check_hf",
