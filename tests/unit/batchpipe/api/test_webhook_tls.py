@@ -4,7 +4,6 @@ test's own on 127.0.0.1, with a certificate for ``hooks.test`` signed by the tes
 
 from __future__ import annotations
 
-import datetime
 import ssl
 import threading
 from collections.abc import Iterator
@@ -14,43 +13,12 @@ from typing import ClassVar
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from batchpipe.api.webhooks.addresses import AddressGuard
 from batchpipe.api.webhooks.sender import Sender
+from tests.certs import self_signed
 
 NAMES = {"hooks.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]}
-
-
-def certificate(tmp_path: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for hooks.test, and its key."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hooks.test")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("hooks.test")]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / "hooks.pem", tmp_path / "hooks.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
 
 
 class Recording(BaseHTTPRequestHandler):
@@ -68,7 +36,7 @@ class Recording(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def receiver(tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    cert_path, key_path = certificate(tmp_path)
+    cert_path, key_path = self_signed(tmp_path, x509.DNSName("hooks.test"), "hooks")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_path, key_path)
     server = ThreadingHTTPServer(("127.0.0.1", 0), Recording)

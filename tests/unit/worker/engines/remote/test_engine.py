@@ -3,7 +3,6 @@ every request answered once, whatever the server does — 429/503 storms, a hang
 
 from __future__ import annotations
 
-import datetime
 import ipaddress
 import time
 from collections.abc import Iterator
@@ -12,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from bench.openai_standin import StandIn
+from tests.certs import self_signed
 from tests.unit.conftest import resolved
 from worker.config import BatchingConfig, EngineConfig, RemoteConfig
 from worker.engines.base import Completion, EngineInput
@@ -238,45 +239,8 @@ def test_embeddings_go_to_the_embeddings_endpoint_with_their_dimensions(server: 
         engine.close()
 
 
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 signed by its own key (its own CA), and that key."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "batchpipe test CA")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 def test_tls_is_verified_and_a_ca_bundle_trusts_a_private_ca(tmp_path: Path) -> None:
-    cert, key = self_signed(tmp_path)
+    cert, key = self_signed(tmp_path, x509.IPAddress(ipaddress.ip_address("127.0.0.1")), "ca")
     server = StandIn(model="m", certfile=str(cert), keyfile=str(key)).start()
     try:
         assert server.base_url.startswith("https://")
