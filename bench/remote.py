@@ -37,6 +37,7 @@ import httpx
 
 from batchpipe import Client
 from bench.common import fresh_config, write_result
+from bench.wire import percentile
 from tests.integration.harness import running_worker
 from worker.config import Config, RemoteConfig
 from worker.engines.remote.gate import waiting
@@ -193,11 +194,6 @@ async def interactive(base: str, setup: Setup) -> dict[str, Any]:
     return {"latencies": latencies, "boundaries": boundaries}
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def coexist(bootstrap: str, setup: Setup, batch: dict[str, Any] | None) -> dict[str, Any]:
     """The interactive pattern alone (``batch`` None) or on top of a batch run with the
     remote settings ``batch``."""
@@ -217,7 +213,7 @@ def coexist(bootstrap: str, setup: Setup, batch: dict[str, Any] | None) -> dict[
     row: dict[str, Any] = {
         "interactive_requests": len(latencies),
         "interactive_p50_ms": round(statistics.median(latencies) * 1000, 1),
-        "interactive_p99_ms": round(pct(latencies, 0.99) * 1000, 1),
+        "interactive_p99_ms": round(percentile(latencies, 99) * 1000, 1),
     }
     if batch is not None:
         row["batch_per_s"] = batch_rates(run["boundaries"])
