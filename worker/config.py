@@ -87,7 +87,10 @@ class RemoteConfig:
     # loopback, link-local and private addresses are refused unless allowed (an in-cluster
     # server is private: allow it explicitly)
     allow_private: bool = False
-    timeout_s: float = 120.0  # one HTTP request, connect to last byte
+    timeout_s: float = 120.0  # one HTTP request, connect to last byte (a total deadline)
+    # the longest answer read (decoded), counted as it streams in: past it the request
+    # fails with 5000 naming this key (a hostile or broken server cannot exhaust memory)
+    max_response_bytes: int = 64 * 1024 * 1024
     # requests in flight: AIMD between min and max, starting at initial; adaptive false
     # keeps max_concurrency in flight
     max_concurrency: int = 32

@@ -115,13 +115,21 @@ def _format(fmt: ResponseFormat, *, nested: bool) -> dict[str, Any]:
 
 def completion_of(key: str, call: Call, answer: Any) -> Completion:
     """The :class:`Completion` of ``answer`` (the parsed JSON body of a 200)."""
+    if isinstance(answer, dict) and answer.get("error") and "choices" not in answer:
+        error = answer["error"]  # a 200 carrying an error object, as some proxies send
+        message = error.get("message") if isinstance(error, dict) else error
+        raise AnswerError(f"the server answered 200 with an error: {str(message)[:500]}")
     try:
+        if not isinstance(answer, dict):
+            raise TypeError(f"a JSON {type(answer).__name__}, not an object")
         if call.endpoint == "embeddings":
             return _embeddings(key, answer)
         if call.endpoint == "responses":
             return _response(key, answer)
         return _choices(key, call.endpoint, answer)
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+    except AnswerError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise AnswerError(f"the server's {call.path} answer is not readable: {exc!r}") from exc
 
 
@@ -150,6 +158,10 @@ def _choices(key: str, endpoint: str, answer: Mapping[str, Any]) -> Completion:
 
 
 def _response(key: str, answer: Mapping[str, Any]) -> Completion:
+    status = answer.get("status", "completed")
+    if status not in ("completed", "incomplete"):  # failed, or a background one unfinished
+        error = answer.get("error") or {}
+        raise AnswerError(f"the response is {status}: {str(error.get('message', ''))[:500]}")
     texts = [
         part["text"]
         for item in answer["output"]

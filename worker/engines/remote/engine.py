@@ -34,6 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import datetime
+import email.utils
+import json
+import math
 import os
 import random
 import ssl
@@ -76,6 +80,8 @@ RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 OVERLOADED = frozenset({429, 502, 503, 504})
 #: the weight of each answer's time in the smoothed round trip (as TCP's SRTT: 1/8)
 RTT_WEIGHT = 0.125
+#: how much of a non-200 answer is read, for the server's message (an HTML 502 page, …)
+ERROR_PAGE_BYTES = 64 * 1024
 
 
 class RemoteEngine(InFlightEngine):
@@ -267,24 +273,25 @@ class RemoteEngine(InFlightEngine):
 
     async def _send(self, key: str, call: Call) -> Completion:
         """The request's one answer, after as many attempts as the errors allow."""
-        assert self._client is not None
         r = self._remote
         attempt = 0
         while True:
             sent = time.monotonic()
             retry_after = 0.0
             try:
-                response = await self._client.post(call.path, json=call.body)
-            except httpx.TimeoutException:
+                status, body, headers = await self._attempt(call)
+            except (TimeoutError, httpx.TimeoutException):
                 outcome, overloaded, last = "timeout", True, f"no answer within {r.timeout_s} s"
-            except httpx.TransportError as exc:
+            except httpx.TransportError as exc:  # refused, reset, closed mid-body
                 outcome, overloaded, last = "connection", False, f"connection failed: {exc!r}"
+            except (TooLarge, httpx.HTTPError) as exc:  # the answer itself is broken
+                self._count("too_large" if isinstance(exc, TooLarge) else "unreadable")
+                return Completion.failed(key, ErrorCode.ENGINE_FAILED, _broken(exc), 0)
             else:
-                status = response.status_code
                 if status == 200:
-                    return self._answered(key, call, response, sent)
+                    return self._answered(key, call, body, sent)
                 outcome, overloaded = outcome_of_status(status), status in OVERLOADED
-                last = f"HTTP {status}: {_server_message(response)}"
+                last = f"HTTP {status}: {_server_message(body)}"
                 if status not in RETRYABLE:
                     self._count(outcome)
                     code = (
@@ -293,7 +300,7 @@ class RemoteEngine(InFlightEngine):
                         else ErrorCode.ENGINE_FAILED
                     )
                     return Completion.failed(key, code, f"the server answered {last}", 0)
-                retry_after = _retry_after(response)
+                retry_after = retry_after_s(headers.get("retry-after"))
             with self._cond:
                 self._stats.responses[outcome] += 1
                 if overloaded:
@@ -307,12 +314,30 @@ class RemoteEngine(InFlightEngine):
             ceiling = min(r.backoff_max_s, r.backoff_s * 2 ** (attempt - 1))
             await asyncio.sleep(min(r.backoff_max_s, max(random.uniform(0, ceiling), retry_after)))
 
-    def _answered(self, key: str, call: Call, response: httpx.Response, sent: float) -> Completion:
+    async def _attempt(self, call: Call) -> tuple[int, bytes, httpx.Headers]:
+        """One HTTP call within ``timeout_s`` in all (a server that drips its answer a byte
+        at a time cannot hold it longer), its body read as it streams in and refused past
+        ``max_response_bytes`` (never read whole first); of a non-200 answer only the start,
+        for its message."""
+        assert self._client is not None
+        r = self._remote
+        async with (
+            asyncio.timeout(r.timeout_s),
+            self._client.stream("POST", call.path, json=call.body) as response,
+        ):
+            if response.status_code == 200:
+                body = await read_capped(response, r.max_response_bytes)
+            else:
+                body = await read_capped(response, ERROR_PAGE_BYTES, truncate=True)
+            return response.status_code, body, response.headers
+
+    def _answered(self, key: str, call: Call, body: bytes, sent: float) -> Completion:
         try:
-            completion = completion_of(key, call, response.json())
-        except (AnswerError, ValueError) as exc:
+            completion = completion_of(key, call, json.loads(body))
+        except (AnswerError, ValueError, RecursionError) as exc:  # RecursionError: [[[[…
             self._count("unreadable")
-            return Completion.failed(key, ErrorCode.ENGINE_FAILED, str(exc), 0)
+            message = str(exc) if isinstance(exc, AnswerError) else f"not JSON: {exc!r:.300}"
+            return Completion.failed(key, ErrorCode.ENGINE_FAILED, f"{call.path}: {message}", 0)
         with self._cond:
             self._stats.responses["ok"] += 1
             now = time.monotonic()
@@ -359,23 +384,66 @@ class RemoteEmbedEngine(RemoteEngine):
         return embeddings_call(self.model_name, [text for _, text in inputs], inputs[0][0])
 
 
-def _server_message(response: httpx.Response) -> str:
+class TooLarge(Exception):
+    """The server's answer is longer than ``engine.remote.max_response_bytes``."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the server's answer exceeds engine.remote.max_response_bytes ({limit} bytes)"
+        )
+
+
+async def read_capped(response: httpx.Response, limit: int, *, truncate: bool = False) -> bytes:
+    """The body of ``response``, read as it streams in: past ``limit`` bytes (decoded) it
+    raises :class:`TooLarge`, or with ``truncate`` stops and keeps the first ``limit``."""
+    declared = response.headers.get("content-length", "")
+    if not truncate and declared.isdigit() and int(declared) > limit:
+        raise TooLarge(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            if not truncate:
+                raise TooLarge(limit)
+            break
+    return b"".join(chunks)[:limit]
+
+
+def _broken(exc: Exception) -> str:
+    if isinstance(exc, TooLarge):
+        return str(exc)
+    return f"the server's answer could not be read: {exc!r:.300}"
+
+
+def _server_message(body: bytes) -> str:
     """The server's own words: OpenAI's ``error.message``, else the body's start."""
     try:
-        body = response.json()
-        message = (
-            body["error"]["message"] if isinstance(body.get("error"), dict) else body.get("message")
-        )
+        answer = json.loads(body)
+        error = answer.get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        message = message or answer.get("message")
         if message:
             return str(message)[:500]
-    except (ValueError, AttributeError, KeyError, TypeError):
+    except (ValueError, AttributeError, RecursionError):
         pass
-    return response.text[:500] or response.reason_phrase
+    return body[:500].decode("utf-8", "replace").strip() or "(an empty body)"
 
 
-def _retry_after(response: httpx.Response) -> float:
-    """``Retry-After`` in seconds (its number form; a date or nonsense reads as 0)."""
-    try:
-        return max(0.0, float(response.headers.get("retry-after", "0")))
-    except ValueError:
+def retry_after_s(value: str | None, now: float | None = None) -> float:
+    """``Retry-After`` in seconds, a number or an HTTP date (RFC 9110); a past date, a
+    negative number or nonsense reads as 0. The caller caps it at ``backoff_max_s``."""
+    if not value:
         return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return 0.0
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.UTC)
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    return seconds if math.isfinite(seconds) and seconds > 0 else 0.0

@@ -3,7 +3,8 @@
 Kept as plain numbers under the engine's lock and turned into metric families only when
 scraped (a custom collector), so the request path updates an int and nothing else.
 Outcomes are a small fixed set: ``ok``, ``http_4xx``, ``http_429``, ``http_5xx``,
-``timeout``, ``connection``, ``unreadable`` (a 200 whose body is not the endpoint's object).
+``timeout``, ``connection``, ``unreadable`` (a 200 whose body is not the endpoint's object,
+or an answer that cannot be decoded), ``too_large`` (past ``max_response_bytes``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-OUTCOMES = ("ok", "http_4xx", "http_429", "http_5xx", "timeout", "connection", "unreadable")
+OUTCOMES = (
+    "ok",
+    "http_4xx",
+    "http_429",
+    "http_5xx",
+    "timeout",
+    "connection",
+    "unreadable",
+    "too_large",
+)
 
 
 def outcome_of_status(status: int) -> str:
