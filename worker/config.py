@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import jsonschema
 import yaml
@@ -81,7 +82,8 @@ class RemoteConfig:
     # the server's API root, e.g. http://vllm:8000/v1 (requests go to base_url + /chat/...)
     base_url: str = ""
     # the NAME of the environment variable holding the API key, never the key itself; an
-    # unset or empty variable sends no Authorization header
+    # empty variable sends no Authorization header, and so does an unset one with this
+    # default name; another name that is unset is refused at start (a key was meant)
     api_key_env: str = "BATCHPIPE_REMOTE_API_KEY"
     ca_bundle: str = ""  # a PEM file of CAs to verify TLS with; "": the system's (certifi)
     # loopback, link-local and private addresses are refused unless allowed (an in-cluster
@@ -402,14 +404,8 @@ def _remote_problems(e: EngineConfig, b: BatchingConfig) -> list[str]:
         return [
             f"engine.remote.{k}: applies to engine.kind openai only, not {e.kind}" for k in changed
         ]
-    found: list[str] = []
-    if not r.base_url.startswith(("http://", "https://")):
-        found.append(
-            f"engine.remote.base_url: engine.kind openai needs the server's URL "
-            f"(http:// or https://, e.g. http://vllm:8000/v1), got {r.base_url!r}"
-        )
-    if r.metrics_url and not r.metrics_url.startswith(("http://", "https://")):
-        found.append(f"engine.remote.metrics_url: not an http(s) URL: {r.metrics_url!r}")
+    found = _url_problems("base_url", r.base_url, needed=True)
+    found.extend(_url_problems("metrics_url", r.metrics_url, needed=False))
     if not r.min_concurrency <= r.initial_concurrency <= r.max_concurrency:
         found.append(
             f"engine.remote.initial_concurrency: {r.initial_concurrency} must lie between "
@@ -426,6 +422,32 @@ def _remote_problems(e: EngineConfig, b: BatchingConfig) -> list[str]:
             f"engine.remote.backoff_s: {r.backoff_s} exceeds backoff_max_s ({r.backoff_max_s})"
         )
     return found
+
+
+def _url_problems(key: str, url: str, *, needed: bool) -> list[str]:
+    """``engine.remote.<key>``: an http(s) URL with a host, no credentials (they would end
+    up in logs and errors: the key comes from ``api_key_env``), no query or fragment."""
+    if not url and not needed:
+        return []
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number
+    except ValueError as exc:
+        return [f"engine.remote.{key}: not a URL ({exc})"]
+    shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()  # never the secret
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return [
+            f"engine.remote.{key}: an http:// or https:// URL with a host is needed "
+            f"(e.g. http://vllm:8000/v1), got {shown!r}"
+        ]
+    if parts.username is not None or parts.password is not None:
+        return [
+            f"engine.remote.{key}: holds credentials (user:password@) in {shown!r}; the API "
+            "key goes in the environment variable engine.remote.api_key_env names"
+        ]
+    if parts.query or parts.fragment:
+        return [f"engine.remote.{key}: a query or fragment is not allowed, got {shown!r}"]
+    return []
 
 
 def _producer_size_problems(config: Config) -> list[str]:

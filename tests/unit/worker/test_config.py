@@ -151,7 +151,19 @@ def test_the_openai_kind_needs_its_server_and_its_settings_need_that_kind() -> N
     remote = ["engine.kind=openai", "engine.model=served-name"]
     ok = load_config(sets=[*remote, "engine.remote.base_url=https://llm.example/v1"], environ={})
     assert ok.engine.remote.base_url == "https://llm.example/v1"
-    assert "engine.remote.base_url: engine.kind openai needs the server's URL" in refused(*remote)
+    assert "engine.remote.base_url: an http:// or https:// URL with a host" in refused(*remote)
+    for bad in ("ftp://x/v1", "http:///v1", "http://x:port/v1"):
+        assert "engine.remote.base_url: " in refused(*remote, f"engine.remote.base_url={bad}")
+    leaked = refused(*remote, "engine.remote.base_url=https://me:sk-live@llm.example/v1")
+    assert "engine.remote.base_url: holds credentials" in leaked and "sk-live" not in leaked
+    assert "a query or fragment" in refused(*remote, "engine.remote.base_url=http://x/v1?k=1")
+    assert "engine.remote.metrics_url: " in refused(
+        *remote, "engine.remote.base_url=http://x/v1", "engine.remote.metrics_url=file:///etc/x"
+    )
+    for key, value in (("timeout_s", "100000"), ("backoff_max_s", "86400"), ("timeout_s", "0")):
+        assert f"engine.remote.{key}: " in refused(
+            *remote, "engine.remote.base_url=http://x/v1", f"engine.remote.{key}={value}"
+        )
     assert "engine.remote.max_retries: applies to engine.kind openai only, not echo" in refused(
         "engine.kind=echo", "engine.remote.max_retries=2"
     )

@@ -49,7 +49,7 @@ from typing import Any, ClassVar
 import httpx
 from prometheus_client.registry import Collector
 
-from worker.config import BatchingConfig, EngineConfig
+from worker.config import BatchingConfig, EngineConfig, RemoteConfig
 from worker.engines.base import (
     MODEL_ENGINE_FIELDS,
     Capacity,
@@ -129,7 +129,12 @@ class RemoteEngine(InFlightEngine):
                 )
         except OutboundRefused as exc:
             raise ModelLoadError(str(exc)) from exc
-        key = os.environ.get(r.api_key_env, "")
+        key = os.environ.get(r.api_key_env)
+        if key is None and r.api_key_env != RemoteConfig.api_key_env:
+            raise ModelLoadError(
+                f"engine.remote.api_key_env: the environment variable {r.api_key_env} is not "
+                "set (set it to the server's API key, or to empty for none)"
+            )
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._thread.start()
         try:
@@ -164,7 +169,17 @@ class RemoteEngine(InFlightEngine):
             response = await self._client.get("/models")
             response.raise_for_status()
             return {str(m["id"]) for m in response.json()["data"]}
-        except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
+        except httpx.HTTPStatusError as exc:
+            status = exc.response.status_code
+            hint = ""
+            if status in (401, 403):
+                r = self._remote
+                given = "set" if os.environ.get(r.api_key_env) else "unset or empty"
+                hint = f" (the key comes from engine.remote.api_key_env: {r.api_key_env}, {given})"
+            raise ModelLoadError(
+                f"cannot list the models of {self._remote.base_url}: HTTP {status}{hint}"
+            ) from exc
+        except (httpx.HTTPError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ModelLoadError(
                 f"cannot list the models of {self._remote.base_url}: {exc!r}"
             ) from exc

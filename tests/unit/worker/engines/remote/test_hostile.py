@@ -22,7 +22,7 @@ from worker.config import BatchingConfig, EngineConfig, RemoteConfig
 from worker.engines.base import Completion
 from worker.engines.factory import create_engine
 from worker.engines.remote.engine import RemoteEngine, retry_after_s
-from worker.errors import ErrorCode
+from worker.errors import ErrorCode, ModelLoadError
 
 Script = Callable[[BaseHTTPRequestHandler], None]
 
@@ -82,6 +82,7 @@ class Hostile:
     def __init__(self) -> None:
         self.scripts: queue.Queue[Script] = queue.Queue()
         self.paths: list[str] = []
+        self.models_status = 200
         hostile = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -92,6 +93,10 @@ class Hostile:
 
             def do_GET(self) -> None:
                 hostile.paths.append(self.path)
+                if hostile.models_status != 200:
+                    error = {"error": {"message": "Incorrect API key provided"}}
+                    raw(hostile.models_status, json.dumps(error).encode())(self)
+                    return
                 raw(200, json.dumps({"object": "list", "data": [{"id": "m"}]}).encode())(self)
 
             def do_POST(self) -> None:
@@ -242,3 +247,17 @@ def test_retry_after_reads_seconds_and_dates_and_refuses_nonsense() -> None:
 def test_an_absurd_retry_after_is_capped_at_backoff_max(hostile: Hostile) -> None:
     c = answer_of(hostile, raw(429, b"{}", {"Retry-After": "99999999"}), backoff_max_s=0.05)
     assert_failed(c, ErrorCode.ENGINE_FAILED, "2 attempts", "HTTP 429")
+
+
+def test_a_key_variable_that_is_not_set_or_not_accepted_is_named(
+    hostile: Hostile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("UNSET_KEY_FOR_TEST", raising=False)
+    with pytest.raises(ModelLoadError, match="api_key_env: the environment variable UNSET_KEY"):
+        engine_for(hostile, api_key_env="UNSET_KEY_FOR_TEST")
+    hostile.models_status = 401
+    monkeypatch.setenv("EMPTY_KEY_FOR_TEST", "")
+    with pytest.raises(
+        ModelLoadError, match=r"HTTP 401 \(.*api_key_env: EMPTY_KEY_FOR_TEST, unset"
+    ):
+        engine_for(hostile, api_key_env="EMPTY_KEY_FOR_TEST")
