@@ -119,7 +119,8 @@ def _responses_body(result: InferenceResult) -> dict[str, Any]:
     """A Responses API ``response``. The request's own settings (instructions,
     temperature, ...) are not carried by the result: they read as null, as the API allows."""
     _, body_id = _ids(result)
-    cut = result.finish_reason == "length"
+    reason = {"length": "max_output_tokens", "content_filter": "content_filter"}
+    cut = reason.get(result.finish_reason)
     status = "incomplete" if cut else "completed"
     usage = result.usage
     message = {
@@ -138,7 +139,7 @@ def _responses_body(result: InferenceResult) -> dict[str, Any]:
         "status": status,
         "completed_at": None if cut else int(result.created_at),
         "error": None,
-        "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
+        "incomplete_details": {"reason": cut} if cut else None,
         "instructions": None,
         "max_output_tokens": None,
         "model": result.model,

@@ -65,6 +65,7 @@ _FINISH: dict[FinishReason, pb.FinishReason] = {
     "stop": pb.FINISH_REASON_STOP,
     "length": pb.FINISH_REASON_LENGTH,
     "error": pb.FINISH_REASON_ERROR,
+    "content_filter": pb.FINISH_REASON_CONTENT_FILTER,
 }
 _ENDPOINT: dict[Endpoint, pb.Endpoint] = {
     "chat": pb.ENDPOINT_CHAT_COMPLETIONS,

@@ -13,7 +13,8 @@ from types import MappingProxyType
 from typing import Literal
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]
-FinishReason = Literal["stop", "length", "error"]
+#: content_filter: a remote server's filter cut the answer (engine.kind openai passes it on)
+FinishReason = Literal["stop", "length", "content_filter", "error"]
 Status = Literal["completed", "failed"]
 #: The OpenAI endpoint a request addressed; it decides the shape of the answer's body.
 Endpoint = Literal["chat", "completions", "embeddings", "responses"]

@@ -175,7 +175,7 @@ def _response(key: str, answer: Mapping[str, Any]) -> Completion:
     return Completion(
         key=key,
         text="".join(texts),
-        finish_reason="length" if incomplete == "max_output_tokens" else "stop",
+        finish_reason=_finish("length" if incomplete == "max_output_tokens" else incomplete),
         prompt_tokens=int(usage.get("input_tokens", 0)),
         completion_tokens=int(usage.get("output_tokens", 0)),
         reasoning_tokens=int(details.get("reasoning_tokens") or 0),
@@ -190,7 +190,9 @@ def _embeddings(key: str, answer: Mapping[str, Any]) -> Completion:
 
 
 def _finish(reason: Any) -> FinishReason:
-    return "length" if reason == "length" else "stop"
+    """The server's ``finish_reason``: length and content_filter are kept; stop, and what
+    only tools or an unfinished stream give (no tools are ever sent), read as stop."""
+    return reason if reason in ("length", "content_filter") else "stop"
 
 
 def _chat_logprobs(row: Mapping[str, Any]) -> Logprobs:

@@ -124,6 +124,9 @@ def test_formatted_lines_match_their_schemas() -> None:
         ("completions", "stop"),
         ("responses", "stop"),
         ("responses", "length"),
+        ("chat", "content_filter"),
+        ("completions", "content_filter"),
+        ("responses", "content_filter"),
     )
     for endpoint, finish in ends:
         line = format_output_line(replace(completed, endpoint=endpoint, finish_reason=finish))

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from openai.types import Completion as SdkCompletion
+from openai.types.chat import ChatCompletion
+from openai.types.responses import Response
 
 from tests.unit.conftest import resolved
 from worker.engines.remote.aimd import ConcurrencyWindow
@@ -18,7 +22,15 @@ from worker.engines.remote.bodies import (
 )
 from worker.engines.remote.gate import waiting
 from worker.engines.remote.packing import pack, request_input, unpack
-from worker.wire.messages import ChatMessage, InferenceRequest, ResponseFormat
+from worker.wire.answers import format_output_line
+from worker.wire.codec import decode_result, encode_result
+from worker.wire.messages import (
+    ChatMessage,
+    Endpoint,
+    InferenceRequest,
+    InferenceResult,
+    ResponseFormat,
+)
 
 
 @given(st.recursive(st.text() | st.integers() | st.none(), lambda c: st.lists(c, max_size=4)))
@@ -213,3 +225,55 @@ def test_answers_are_read_with_the_servers_usage_and_every_choice() -> None:
         completion_of("k", call, {"choices": []})
     with pytest.raises(AnswerError):
         completion_of("k", call, {"object": "error"})
+
+
+def test_a_content_filter_stop_is_kept_through_the_wire_and_reads_with_the_sdk() -> None:
+    """A server's ``content_filter`` (chat, completions, and a responses answer
+    ``incomplete`` for it) reaches the output line as such, never as ``stop``."""
+    chat = generation_call("m", "chat", [["user", "hi"]], resolved(n=2))
+    c = completion_of(
+        "k",
+        chat,
+        {
+            "choices": [
+                {"index": 0, "message": {"content": "par"}, "finish_reason": "content_filter"},
+                {"index": 1, "message": {"content": "ok"}, "finish_reason": "tool_calls"},
+            ],
+            "usage": {"prompt_tokens": 4, "completion_tokens": 1},
+        },
+    )
+    assert c.finish_reason == "content_filter" and c.extra_choices[0].finish_reason == "stop"
+    text = generation_call("m", "completions", "hi", resolved())
+    answer = {"choices": [{"text": "x", "finish_reason": "content_filter"}], "usage": {}}
+    assert completion_of("k", text, answer).finish_reason == "content_filter"
+    responses = generation_call("m", "responses", [["user", "hi"]], resolved())
+    cut = {
+        "status": "incomplete",
+        "incomplete_details": {"reason": "content_filter"},
+        "output": [{"type": "message", "content": [{"type": "output_text", "text": "pa"}]}],
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+    }
+    assert completion_of("k", responses, cut).finish_reason == "content_filter"
+    with pytest.raises(AnswerError, match="error: overloaded"):
+        completion_of("k", responses, {"status": "failed", "error": {"message": "overloaded"}})
+    with pytest.raises(AnswerError, match="in_progress"):
+        completion_of("k", responses, {"status": "in_progress", "output": []})
+    with pytest.raises(AnswerError, match="the response is failed"):
+        completion_of("k", responses, {"status": "failed", "output": [], "error": None})
+
+    result = InferenceResult("r", text="pa", finish_reason="content_filter", model="m")
+    back = decode_result(*encode_result(result))
+    assert back.finish_reason == "content_filter"
+    sdk_types: tuple[tuple[Endpoint, type[ChatCompletion | SdkCompletion | Response]], ...] = (
+        ("chat", ChatCompletion),
+        ("completions", SdkCompletion),
+        ("responses", Response),
+    )
+    for endpoint, sdk_type in sdk_types:
+        body = format_output_line(replace(back, endpoint=endpoint))["response"]["body"]
+        parsed = sdk_type.model_validate(body, strict=False)
+        if isinstance(parsed, Response):
+            assert parsed.status == "incomplete" and parsed.incomplete_details is not None
+            assert parsed.incomplete_details.reason == "content_filter"
+        else:
+            assert parsed.choices[0].finish_reason == "content_filter"

@@ -34,6 +34,7 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_STOP: _ClassVar[FinishReason]
     FINISH_REASON_LENGTH: _ClassVar[FinishReason]
     FINISH_REASON_ERROR: _ClassVar[FinishReason]
+    FINISH_REASON_CONTENT_FILTER: _ClassVar[FinishReason]
 ENCODING_FORMAT_UNSPECIFIED: EncodingFormat
 ENCODING_FORMAT_FLOAT: EncodingFormat
 ENCODING_FORMAT_BASE64: EncodingFormat
@@ -49,6 +50,7 @@ FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_ERROR: FinishReason
+FINISH_REASON_CONTENT_FILTER: FinishReason
 
 class ChatMessage(_message.Message):
     __slots__ = ("role", "content")
