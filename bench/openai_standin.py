@@ -151,7 +151,11 @@ class StandIn:
         finish = "length" if sequence.produced < len(words) else "stop"
         usage = {"prompt_tokens": len(prompt) // 4 + 1, "completion_tokens": sequence.produced}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        return _answer(path, self.model, text, finish, usage)
+        answer = _answer(path, self.model, text, finish, usage)
+        if "choices" in answer:  # n choices, all the same text (usage counts one)
+            only = answer["choices"][0]
+            answer["choices"] = [{**only, "index": i} for i in range(int(body.get("n") or 1))]
+        return answer
 
     async def _steps(self) -> None:
         """The scheduler: steps back to back while anything runs or waits."""

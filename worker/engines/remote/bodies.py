@@ -8,14 +8,16 @@ a chat request carries ``chat_template_kwargs.enable_thinking`` as they read it.
 that refuses a field answers 400, which the worker passes on as 4002 with the server's
 own message, never dropping the field quietly.
 
-The answer is read strictly: a body that is not the endpoint's object raises
-:class:`AnswerError` (the request then fails with 5000 naming what was wrong). Usage is
-the server's own count.
+The answer is read strictly: a body that is not the endpoint's object, or not what was
+asked (other than ``n`` choices, other than one vector per input or of ``dimensions``
+numbers, a usage that is not a count), raises :class:`AnswerError` (the request then
+fails with 5000 naming what was wrong). Usage is the server's own count.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -123,25 +125,24 @@ def completion_of(key: str, call: Call, answer: Any) -> Completion:
         if not isinstance(answer, dict):
             raise TypeError(f"a JSON {type(answer).__name__}, not an object")
         if call.endpoint == "embeddings":
-            return _embeddings(key, answer)
+            return _embeddings(key, call, answer)
         if call.endpoint == "responses":
             return _response(key, answer)
-        return _choices(key, call.endpoint, answer)
+        return _choices(key, call, answer)
     except AnswerError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise AnswerError(f"the server's {call.path} answer is not readable: {exc!r}") from exc
 
 
-def _choices(key: str, endpoint: str, answer: Mapping[str, Any]) -> Completion:
-    rows = sorted(answer["choices"], key=lambda c: int(c.get("index", 0)))
-    if not rows:
-        raise AnswerError("no choices")
+def _choices(key: str, call: Call, answer: Mapping[str, Any]) -> Completion:
+    rows = _in_order(answer["choices"], int(call.body.get("n", 1)), "choices", "n")
+    chat = call.endpoint == "chat"
     choices = []
     for row in rows:
-        text = row["message"].get("content") if endpoint == "chat" else row["text"]
-        logprobs = _chat_logprobs(row) if endpoint == "chat" else _text_logprobs(row)
-        choices.append(Choice(str(text or ""), _finish(row.get("finish_reason")), logprobs))
+        text = _text(row["message"]["content"] if chat else row["text"])
+        logprobs = _chat_logprobs(row) if chat else _text_logprobs(row)
+        choices.append(Choice(text, _finish(row.get("finish_reason")), logprobs))
     usage = answer.get("usage") or {}
     details = usage.get("completion_tokens_details") or {}
     first = choices[0]
@@ -149,9 +150,9 @@ def _choices(key: str, endpoint: str, answer: Mapping[str, Any]) -> Completion:
         key=key,
         text=first.text,
         finish_reason=first.finish_reason,
-        prompt_tokens=int(usage.get("prompt_tokens", 0)),
-        completion_tokens=int(usage.get("completion_tokens", 0)),
-        reasoning_tokens=int(details.get("reasoning_tokens") or 0),
+        prompt_tokens=_tokens(usage, "prompt_tokens"),
+        completion_tokens=_tokens(usage, "completion_tokens"),
+        reasoning_tokens=_tokens(details, "reasoning_tokens"),
         logprobs=first.logprobs,
         extra_choices=tuple(choices[1:]),
     )
@@ -174,19 +175,52 @@ def _response(key: str, answer: Mapping[str, Any]) -> Completion:
     details = usage.get("output_tokens_details") or {}
     return Completion(
         key=key,
-        text="".join(texts),
+        text="".join(_text(t) for t in texts),
         finish_reason=_finish("length" if incomplete == "max_output_tokens" else incomplete),
-        prompt_tokens=int(usage.get("input_tokens", 0)),
-        completion_tokens=int(usage.get("output_tokens", 0)),
-        reasoning_tokens=int(details.get("reasoning_tokens") or 0),
+        prompt_tokens=_tokens(usage, "input_tokens"),
+        completion_tokens=_tokens(usage, "output_tokens"),
+        reasoning_tokens=_tokens(details, "reasoning_tokens"),
     )
 
 
-def _embeddings(key: str, answer: Mapping[str, Any]) -> Completion:
-    rows = sorted(answer["data"], key=lambda d: int(d["index"]))
+def _embeddings(key: str, call: Call, answer: Mapping[str, Any]) -> Completion:
+    rows = _in_order(answer["data"], len(call.body["input"]), "data", "inputs")
     vectors = tuple(tuple(float(x) for x in row["embedding"]) for row in rows)
+    sizes = {len(v) for v in vectors}
+    wanted = call.body.get("dimensions")
+    if len(sizes) != 1 or (wanted is not None and sizes != {wanted}) or sizes == {0}:
+        raise AnswerError(f"vectors of {sorted(sizes)} numbers, {wanted or 'one size'} wanted")
+    if not all(math.isfinite(x) for v in vectors for x in v):
+        raise AnswerError("a vector holds a number that is not finite")
     usage = answer.get("usage") or {}
-    return Completion(key=key, prompt_tokens=int(usage.get("prompt_tokens", 0)), embeddings=vectors)
+    return Completion(key=key, prompt_tokens=_tokens(usage, "prompt_tokens"), embeddings=vectors)
+
+
+def _in_order(rows: Any, expected: int, name: str, asked: str) -> list[Any]:
+    """``rows`` (choices, embeddings) ordered by ``index``: exactly one for each of the
+    ``expected`` the request asked for, never fewer, more or a repeated index."""
+    if not isinstance(rows, list):
+        raise TypeError(f"{name} is a {type(rows).__name__}, not a list")
+    indexes = [row.get("index", i) for i, row in enumerate(rows)]
+    if sorted(indexes) != list(range(expected)):
+        raise AnswerError(f"{name} indexes {sorted(indexes)[:10]} for {expected} {asked}")
+    return [row for _, row in sorted(zip(indexes, rows, strict=True), key=lambda p: p[0])]
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"text is a {type(value).__name__}, not a string")
+    return value
+
+
+def _tokens(usage: Mapping[str, Any], name: str) -> int:
+    """A count of the server's usage; absent reads as 0, anything but a count is refused."""
+    value = usage.get(name) or 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise AnswerError(f"usage {name} is {value!r}, not a count of tokens")
+    return value
 
 
 def _finish(reason: Any) -> FinishReason:

@@ -84,6 +84,13 @@ def test_each_request_is_answered_once_with_the_servers_usage(engine: RemoteEngi
     assert engine.completions(timeout_s=0.1) == []
 
 
+def test_n_choices_come_back_as_n_choices(engine: RemoteEngine) -> None:
+    engine.submit(item(engine, "k", "alpha beta", n=3))
+    done = collect(engine, {"k"})["k"]
+    assert done.error is None and done.text == "alpha beta"
+    assert [c.text for c in done.extra_choices] == ["alpha beta", "alpha beta"]
+
+
 def test_an_aborted_request_is_closed_and_never_completed(
     engine: RemoteEngine, server: StandIn
 ) -> None:

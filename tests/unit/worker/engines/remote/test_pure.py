@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -277,3 +278,63 @@ def test_a_content_filter_stop_is_kept_through_the_wire_and_reads_with_the_sdk()
             assert parsed.incomplete_details.reason == "content_filter"
         else:
             assert parsed.choices[0].finish_reason == "content_filter"
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        ({"choices": [{"index": 0, "message": {"content": "a"}}]}, "choices indexes [0] for 2 n"),
+        (
+            {"choices": [{"index": i, "message": {"content": "a"}} for i in (0, 0)]},
+            "choices indexes [0, 0]",
+        ),
+        (
+            {"choices": [{"index": i, "message": {"content": "a"}} for i in (0, 1, 2)]},
+            "for 2 n",
+        ),
+        (
+            {"choices": [{"index": i, "message": {"content": ["a"]}} for i in (0, 1)]},
+            "not a string",
+        ),
+        (
+            {
+                "choices": [{"index": i, "message": {"content": "a"}} for i in (0, 1)],
+                "usage": {"prompt_tokens": -3},
+            },
+            "usage prompt_tokens is -3",
+        ),
+        (
+            {
+                "choices": [{"index": i, "message": {"content": "a"}} for i in (0, 1)],
+                "usage": {"completion_tokens": 2.5},
+            },
+            "usage completion_tokens is 2.5",
+        ),
+    ],
+)
+def test_a_chat_answer_must_hold_what_was_asked(answer: dict[str, object], words: str) -> None:
+    call = generation_call("m", "chat", [["user", "hi"]], resolved(n=2))
+    with pytest.raises(AnswerError, match=re.escape(words)):
+        completion_of("k", call, answer)
+
+
+def test_an_embeddings_answer_must_hold_one_vector_per_input_of_the_asked_size() -> None:
+    call = embeddings_call("m", ["a", "b"], 3)
+    assert call.body["dimensions"] == 3 and call.body["encoding_format"] == "float"
+
+    def rows(*vectors: list[float]) -> dict[str, object]:
+        data = [{"index": i, "embedding": v} for i, v in enumerate(vectors)]
+        return {"data": data[::-1], "usage": {"prompt_tokens": 2}}
+
+    c = completion_of("k", call, rows([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]))
+    assert c.embeddings == ((1.0, 2.0, 3.0), (4.0, 5.0, 6.0)) and c.prompt_tokens == 2
+    for bad, words in (
+        (rows([1.0, 2.0, 3.0]), "data indexes [0] for 2 inputs"),
+        (rows([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0]), "vectors of [4] numbers, 3 wanted"),
+        (rows([1.0, 2.0, 3.0], [1.0, 2.0]), "vectors of [2, 3] numbers"),
+        (rows([1.0, 2.0, float("inf")], [1.0, 2.0, 3.0]), "not finite"),
+    ):
+        with pytest.raises(AnswerError, match=re.escape(words)):
+            completion_of("k", call, bad)
+    with pytest.raises(AnswerError, match="not readable"):  # a base64 string, not asked for
+        completion_of("k", call, {"data": [{"index": i, "embedding": "AACAPw=="} for i in (0, 1)]})
