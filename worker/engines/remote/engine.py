@@ -82,6 +82,8 @@ OVERLOADED = frozenset({429, 502, 503, 504})
 RTT_WEIGHT = 0.125
 #: how much of a non-200 answer is read, for the server's message (an HTML 502 page, …)
 ERROR_PAGE_BYTES = 64 * 1024
+#: the most of the server's /metrics read (vLLM's is well under 1 MiB)
+METRICS_BYTES = 8 * 1024 * 1024
 
 
 class RemoteEngine(InFlightEngine):
@@ -368,11 +370,7 @@ class RemoteEngine(InFlightEngine):
         assert self._client is not None
         r = self._remote
         while not self._closed:
-            try:
-                response = await self._client.get(r.metrics_url, timeout=min(r.timeout_s, 5.0))
-                depth = waiting(response.text) if response.status_code == 200 else None
-            except httpx.HTTPError:
-                depth = None
+            depth = await self._read_queue()
             with self._cond:
                 self._stats.server_waiting = -1 if depth is None else depth
                 self._gate_closed = depth is not None and depth > r.max_waiting
@@ -383,6 +381,23 @@ class RemoteEngine(InFlightEngine):
                     now = time.monotonic()
                     self._window.on_overload(now - self._rtt_s, now)
             await asyncio.sleep(r.metrics_interval_ms / 1000.0)
+
+    async def _read_queue(self) -> int | None:
+        """The server's queue from ``metrics_url``, read within one deadline and up to
+        ``METRICS_BYTES``; None when it cannot be read."""
+        assert self._client is not None
+        r = self._remote
+        try:
+            async with (
+                asyncio.timeout(min(r.timeout_s, 5.0)),
+                self._client.stream("GET", r.metrics_url) as response,
+            ):
+                if response.status_code != 200:
+                    return None
+                text = (await read_capped(response, METRICS_BYTES)).decode("utf-8", "replace")
+        except (TimeoutError, TooLarge, httpx.HTTPError):
+            return None
+        return waiting(text)
 
 
 class RemoteEmbedEngine(RemoteEngine):

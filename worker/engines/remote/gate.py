@@ -10,7 +10,9 @@ One reading is enough, although a request always waits for the server's next ste
 so shows in the queue briefly: waiting for two readings in a row was tried
 (``python -m bench.remote --quick``): the batch ran about four times faster in the idle
 phases, but held the server's last slots when a burst began, and interactive P99 rose
-from 1.0× to 1.5× of alone. A read that fails leaves the gate open
+from 1.0× to 1.5× of alone. A reading has one deadline (``timeout_s``, at most 5 s) and
+reads at most 8 MiB, so an endless or dripping page cannot stall it. A read that fails
+leaves the gate open
 (the AIMD window still reacts to 429/503 and timeouts) and shows as -1 in
 ``batchpipe_remote_server_waiting``.
 """

@@ -83,6 +83,7 @@ class Hostile:
         self.scripts: queue.Queue[Script] = queue.Queue()
         self.paths: list[str] = []
         self.models_status = 200
+        self.metrics: Script = raw(200, b"vllm:num_requests_waiting 0\n")
         hostile = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -93,6 +94,11 @@ class Hostile:
 
             def do_GET(self) -> None:
                 hostile.paths.append(self.path)
+                if self.path == "/metrics":
+                    self.close_connection = True
+                    with contextlib.suppress(OSError):
+                        hostile.metrics(self)
+                    return
                 if hostile.models_status != 200:
                     error = {"error": {"message": "Incorrect API key provided"}}
                     raw(hostile.models_status, json.dumps(error).encode())(self)
@@ -261,3 +267,19 @@ def test_a_key_variable_that_is_not_set_or_not_accepted_is_named(
         ModelLoadError, match=r"HTTP 401 \(.*api_key_env: EMPTY_KEY_FOR_TEST, unset"
     ):
         engine_for(hostile, api_key_env="EMPTY_KEY_FOR_TEST")
+
+
+def test_an_endless_metrics_page_is_cut_off_and_read_again(hostile: Hostile) -> None:
+    hostile.metrics = endless(0.0, b"# vllm:num_requests_waiting " * 4096)
+    metrics_url = hostile.base_url.removesuffix("/v1") + "/metrics"
+    engine = engine_for(hostile, metrics_url=metrics_url, metrics_interval_ms=50)
+    try:
+        deadline = time.monotonic() + 60.0
+        while hostile.paths.count("/metrics") < 3:  # each reading ended: not stuck in one
+            assert time.monotonic() < deadline, "the queue watcher is stuck in one reading"
+            time.sleep(0.05)
+        assert engine._snapshot().server_waiting == -1
+        engine.submit(item(engine, "k"))
+        assert collect(engine, {"k"})["k"].text == "fine"
+    finally:
+        engine.close()
