@@ -166,25 +166,32 @@ class RemoteEngine(InFlightEngine):
         )
 
     async def _served_models(self) -> set[str]:
+        """The ids ``/models`` lists, read within ``timeout_s`` and ``max_response_bytes``
+        like any answer; anything else is a :class:`ModelLoadError` naming it."""
         assert self._client is not None
+        r = self._remote
+        where = f"cannot list the models of {r.base_url}"
         try:
-            response = await self._client.get("/models")
-            response.raise_for_status()
-            return {str(m["id"]) for m in response.json()["data"]}
-        except httpx.HTTPStatusError as exc:
-            status = exc.response.status_code
-            hint = ""
-            if status in (401, 403):
-                r = self._remote
-                given = "set" if os.environ.get(r.api_key_env) else "unset or empty"
-                hint = f" (the key comes from engine.remote.api_key_env: {r.api_key_env}, {given})"
-            raise ModelLoadError(
-                f"cannot list the models of {self._remote.base_url}: HTTP {status}{hint}"
-            ) from exc
-        except (httpx.HTTPError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ModelLoadError(
-                f"cannot list the models of {self._remote.base_url}: {exc!r}"
-            ) from exc
+            async with (
+                asyncio.timeout(r.timeout_s),
+                self._client.stream("GET", "/models") as response,
+            ):
+                body = await read_capped(response, r.max_response_bytes)
+            status = response.status_code
+            if status != 200:
+                hint = ""
+                if status in (401, 403):
+                    given = "set" if os.environ.get(r.api_key_env) else "unset or empty"
+                    hint = f" (the key comes from engine.remote.api_key_env: {r.api_key_env}, "
+                    hint += f"{given})"
+                raise ModelLoadError(f"{where}: HTTP {status}{hint}")
+            return {str(m["id"]) for m in json.loads(body)["data"]}
+        except TimeoutError as exc:
+            raise ModelLoadError(f"{where}: no answer within {r.timeout_s} s") from exc
+        except (TooLarge, httpx.HTTPError) as exc:
+            raise ModelLoadError(f"{where}: {exc!r:.300}") from exc
+        except (LookupError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+            raise ModelLoadError(f"{where}: not a list of models: {exc!r:.300}") from exc
 
     def _call(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(

@@ -83,6 +83,7 @@ class Hostile:
         self.scripts: queue.Queue[Script] = queue.Queue()
         self.paths: list[str] = []
         self.models_status = 200
+        self.models: Script | None = None  # instead of the list of models
         self.metrics: Script = raw(200, b"vllm:num_requests_waiting 0\n")
         hostile = self
 
@@ -98,6 +99,11 @@ class Hostile:
                     self.close_connection = True
                     with contextlib.suppress(OSError):
                         hostile.metrics(self)
+                    return
+                if hostile.models is not None:
+                    self.close_connection = True
+                    with contextlib.suppress(OSError):
+                        hostile.models(self)
                     return
                 if hostile.models_status != 200:
                     error = {"error": {"message": "Incorrect API key provided"}}
@@ -283,3 +289,21 @@ def test_an_endless_metrics_page_is_cut_off_and_read_again(hostile: Hostile) -> 
         assert collect(engine, {"k"})["k"].text == "fine"
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize(
+    ("models", "words"),
+    [
+        (endless(0.02, b"x"), "no answer within 0.5 s"),
+        (endless(0.0, b"x" * 65536), "max_response_bytes"),
+        (raw(200, b'["m"]'), "not a list of models"),
+        (raw(200, b"<html>"), "cannot list the models"),
+        (raw(200, b"[" * 100_000), "not a list of models"),
+    ],
+)
+def test_a_hostile_models_list_stops_the_start_with_5003(
+    hostile: Hostile, models: Script, words: str
+) -> None:
+    hostile.models = models
+    with pytest.raises(ModelLoadError, match=words):
+        engine_for(hostile, timeout_s=0.5, max_response_bytes=1 << 20)
