@@ -391,17 +391,23 @@ class RemoteEngine(InFlightEngine):
 
     async def _read_queue(self) -> int | None:
         """The server's queue from ``metrics_url``, read within one deadline and up to
-        ``METRICS_BYTES``; None when it cannot be read."""
+        ``METRICS_BYTES``; None when it cannot be read. The API key goes only where
+        ``base_url`` is (scheme, host and port): a ``metrics_url`` elsewhere never gets it."""
         assert self._client is not None
         r = self._remote
+        request = self._client.build_request("GET", r.metrics_url)
+        if _origin(request.url) != _origin(self._client.base_url):
+            request.headers.pop("Authorization", None)
         try:
-            async with (
-                asyncio.timeout(min(r.timeout_s, 5.0)),
-                self._client.stream("GET", r.metrics_url) as response,
-            ):
-                if response.status_code != 200:
-                    return None
-                text = (await read_capped(response, METRICS_BYTES)).decode("utf-8", "replace")
+            async with asyncio.timeout(min(r.timeout_s, 5.0)):
+                response = await self._client.send(request, stream=True)
+                try:
+                    if response.status_code != 200:
+                        return None
+                    body = await read_capped(response, METRICS_BYTES)
+                finally:
+                    await response.aclose()
+            text = body.decode("utf-8", "replace")
         except (TimeoutError, TooLarge, httpx.HTTPError):
             return None
         return waiting(text)
@@ -419,6 +425,11 @@ class RemoteEmbedEngine(RemoteEngine):
     def _call_of(self, item: EngineInput) -> Call:
         inputs = [unpack(ids) for ids in item.embedding_inputs]
         return embeddings_call(self.model_name, [text for _, text in inputs], inputs[0][0])
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    default = {"http": 80, "https": 443}.get(url.scheme)
+    return url.scheme, url.host, url.port or default
 
 
 class TooLarge(Exception):

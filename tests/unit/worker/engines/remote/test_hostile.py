@@ -84,6 +84,7 @@ class Hostile:
         self.paths: list[str] = []
         self.models_status = 200
         self.models: Script | None = None  # instead of the list of models
+        self.metrics_keys: list[str | None] = []  # the Authorization of each /metrics read
         self.metrics: Script = raw(200, b"vllm:num_requests_waiting 0\n")
         hostile = self
 
@@ -96,6 +97,7 @@ class Hostile:
             def do_GET(self) -> None:
                 hostile.paths.append(self.path)
                 if self.path == "/metrics":
+                    hostile.metrics_keys.append(self.headers.get("Authorization"))
                     self.close_connection = True
                     with contextlib.suppress(OSError):
                         hostile.metrics(self)
@@ -307,3 +309,26 @@ def test_a_hostile_models_list_stops_the_start_with_5003(
     hostile.models = models
     with pytest.raises(ModelLoadError, match=words):
         engine_for(hostile, timeout_s=0.5, max_response_bytes=1 << 20)
+
+
+def test_the_key_never_goes_to_a_metrics_url_on_another_origin(
+    hostile: Hostile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KEY_FOR_TEST", "sk-secret")
+    port = hostile.base_url.split(":")[2].split("/")[0]
+    for host, expected in (("127.0.0.1", "Bearer sk-secret"), ("localhost", None)):
+        hostile.metrics_keys.clear()
+        engine = engine_for(
+            hostile,
+            api_key_env="KEY_FOR_TEST",
+            metrics_url=f"http://{host}:{port}/metrics",
+            metrics_interval_ms=50,
+        )
+        try:
+            deadline = time.monotonic() + 60.0
+            while engine._snapshot().server_waiting != 0:  # read, through to the engine
+                assert time.monotonic() < deadline, "the queue was never read"
+                time.sleep(0.05)
+        finally:
+            engine.close()
+        assert hostile.metrics_keys and set(hostile.metrics_keys) == {expected}, host
