@@ -4,7 +4,8 @@ Kept as plain numbers under the engine's lock and turned into metric families on
 scraped (a custom collector), so the request path updates an int and nothing else.
 Outcomes are a small fixed set: ``ok``, ``http_4xx``, ``http_429``, ``http_5xx``,
 ``timeout``, ``connection``, ``unreadable`` (a 200 whose body is not the endpoint's object,
-or an answer that cannot be decoded), ``too_large`` (past ``max_response_bytes``).
+or an answer that cannot be decoded), ``too_large`` (past ``max_response_bytes``),
+``http_other`` (a redirect, never followed, or another status that is not 200).
 """
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ OUTCOMES = (
     "connection",
     "unreadable",
     "too_large",
+    "http_other",
 )
 
 
 def outcome_of_status(status: int) -> str:
     if status == 429:
         return "http_429"
-    return "http_5xx" if status >= 500 else "http_4xx"
+    if 400 <= status < 500:
+        return "http_4xx"
+    return "http_5xx" if status >= 500 else "http_other"
 
 
 class RemoteStats:

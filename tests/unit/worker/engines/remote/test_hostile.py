@@ -41,7 +41,9 @@ ANSWER = {
 def raw(status: int, body: bytes, headers: dict[str, str] | None = None) -> Script:
     def send(h: BaseHTTPRequestHandler) -> None:
         h.send_response(status)
-        for name, value in {"Content-Length": str(len(body)), **(headers or {})}.items():
+        # Connection: close, so the client never reuses a connection this server closes
+        every = {"Content-Length": str(len(body)), "Connection": "close", **(headers or {})}
+        for name, value in every.items():
             h.send_header(name, value)
         h.end_headers()
         h.wfile.write(body)
@@ -55,6 +57,7 @@ def endless(pause_s: float, chunk: bytes) -> Script:
     def send(h: BaseHTTPRequestHandler) -> None:
         h.send_response(200)
         h.send_header("Content-Type", "application/json")
+        h.send_header("Connection", "close")
         h.end_headers()
         h.wfile.write(b'{"choices": ["')
         while True:
@@ -70,6 +73,7 @@ def cut_short(h: BaseHTTPRequestHandler) -> None:
     """Promises 1,000 bytes, sends 10, closes."""
     h.send_response(200)
     h.send_header("Content-Length", "1000")
+    h.send_header("Connection", "close")
     h.end_headers()
     h.wfile.write(b'{"choices"')
     h.wfile.flush()
@@ -236,6 +240,41 @@ def test_a_redirect_is_not_followed(hostile: Hostile) -> None:
     c = answer_of(hostile, raw(307, b"", {"Location": "http://169.254.169.254/latest"}))
     assert_failed(c, ErrorCode.ENGINE_FAILED, "HTTP 307")
     assert hostile.paths.count("/v1/chat/completions") == 2, "one for hit, one for next"
+
+
+def test_each_outcome_is_counted_under_its_own_label(hostile: Hostile) -> None:
+    engine = engine_for(hostile, max_retries=0)
+    try:
+        scripts = {
+            "redirect": raw(307, b"", {"Location": "/elsewhere"}),
+            "bad": raw(400, b'{"error": {"message": "no"}}'),
+            "big": raw(200, b"{}", {"Content-Length": str(1 << 40)}),
+            "html": raw(200, b"<html>"),
+        }
+        for key, script in scripts.items():
+            hostile.scripts.put(script)
+            engine.submit(item(engine, key))
+            collect(engine, {key})
+        engine.submit(item(engine, "ok"))
+        collect(engine, {"ok"})
+        counts = engine._snapshot().responses
+        assert {k: counts[k] for k in counts if counts[k]} == {
+            "http_other": 1,
+            "http_4xx": 1,
+            "too_large": 1,
+            "unreadable": 1,
+            "ok": 1,
+        }
+        exported = {
+            sample.labels["outcome"]: sample.value
+            for family in engine.collectors()[0].collect()
+            if family.name == "batchpipe_remote_responses"
+            for sample in family.samples
+            if sample.name.endswith("_total")
+        }
+        assert exported["http_other"] == 1 and exported["too_large"] == 1
+    finally:
+        engine.close()
 
 
 def test_a_close_mid_body_is_retried_then_named(hostile: Hostile) -> None:
