@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from cryptography import x509
@@ -33,7 +33,14 @@ def server() -> Iterator[StandIn]:
     standin.stop()
 
 
-def make(server: StandIn, **remote: Any) -> RemoteEngine:
+class Served(Protocol):
+    """A server to point an engine at (the stand-in, or test_hostile's)."""
+
+    @property
+    def base_url(self) -> str: ...
+
+
+def make(server: Served, **remote: Any) -> RemoteEngine:
     settings = {
         "base_url": server.base_url,
         "allow_private": True,

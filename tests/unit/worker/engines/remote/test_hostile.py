@@ -11,16 +11,13 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
-from tests.unit.worker.engines.remote.test_engine import collect, item
-from worker.config import BatchingConfig, EngineConfig, RemoteConfig
+from tests.unit.worker.engines.remote.test_engine import collect, item, make
 from worker.engines.base import Completion
-from worker.engines.factory import create_engine
 from worker.engines.remote.engine import RemoteEngine, retry_after_s
 from worker.errors import ErrorCode, ModelLoadError
 
@@ -51,14 +48,19 @@ def raw(status: int, body: bytes, headers: dict[str, str] | None = None) -> Scri
     return send
 
 
+def head(h: BaseHTTPRequestHandler, headers: dict[str, str]) -> None:
+    """A 200's status line and ``headers``, and Connection: close."""
+    h.send_response(200)
+    for name, value in {**headers, "Connection": "close"}.items():
+        h.send_header(name, value)
+    h.end_headers()
+
+
 def endless(pause_s: float, chunk: bytes) -> Script:
     """A 200 whose body never ends: ``chunk`` after ``chunk``, ``pause_s`` apart."""
 
     def send(h: BaseHTTPRequestHandler) -> None:
-        h.send_response(200)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Connection", "close")
-        h.end_headers()
+        head(h, {"Content-Type": "application/json"})
         h.wfile.write(b'{"choices": ["')
         while True:
             h.wfile.write(chunk)
@@ -71,10 +73,7 @@ def endless(pause_s: float, chunk: bytes) -> Script:
 
 def cut_short(h: BaseHTTPRequestHandler) -> None:
     """Promises 1,000 bytes, sends 10, closes."""
-    h.send_response(200)
-    h.send_header("Content-Length", "1000")
-    h.send_header("Connection", "close")
-    h.end_headers()
+    head(h, {"Content-Length": "1000"})
     h.wfile.write(b'{"choices"')
     h.wfile.flush()
 
@@ -143,20 +142,7 @@ def hostile() -> Iterator[Hostile]:
 
 
 def engine_for(server: Hostile, **remote: Any) -> RemoteEngine:
-    settings = {
-        "base_url": server.base_url,
-        "allow_private": True,
-        "backoff_s": 0.01,
-        "backoff_max_s": 0.05,
-        "max_retries": 1,
-        "timeout_s": 2.0,
-        **remote,
-    }
-    config = EngineConfig(kind="openai", model="m", remote=replace(RemoteConfig(), **settings))
-    engine = create_engine(config, BatchingConfig())
-    assert isinstance(engine, RemoteEngine)
-    engine.load()
-    return engine
+    return make(server, **{"max_retries": 1, "timeout_s": 2.0, **remote})
 
 
 def answer_of(server: Hostile, script: Script | None, **remote: Any) -> Completion:
