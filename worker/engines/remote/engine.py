@@ -80,6 +80,7 @@ RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 OVERLOADED = frozenset({429, 502, 503, 504})
 #: the weight of each answer's time in the smoothed round trip (as TCP's SRTT: 1/8)
 RTT_WEIGHT = 0.125
+JSON = {"Content-Type": "application/json"}
 #: how much of a non-200 answer is read, for the server's message (an HTML 502 page, …)
 ERROR_PAGE_BYTES = 64 * 1024
 #: the most of the server's /metrics read (vLLM's is well under 1 MiB)
@@ -298,12 +299,17 @@ class RemoteEngine(InFlightEngine):
     async def _send(self, key: str, call: Call) -> Completion:
         """The request's one answer, after as many attempts as the errors allow."""
         r = self._remote
+        try:  # a NaN or an infinity is no JSON: refused here, not raised out of the loop
+            payload = json.dumps(call.body, separators=(",", ":"), allow_nan=False).encode()
+        except ValueError as exc:
+            message = f"the request cannot be sent as JSON: {exc}"
+            return Completion.failed(key, ErrorCode.INVALID_PARAMETER, message, 0)
         attempt = 0
         while True:
             sent = time.monotonic()
             retry_after = 0.0
             try:
-                status, body, headers = await self._attempt(call)
+                status, body, headers = await self._attempt(call.path, payload)
             except (TimeoutError, httpx.TimeoutException):
                 outcome, overloaded, last = "timeout", True, f"no answer within {r.timeout_s} s"
             except httpx.TransportError as exc:  # refused, reset, closed mid-body
@@ -338,7 +344,7 @@ class RemoteEngine(InFlightEngine):
             ceiling = min(r.backoff_max_s, r.backoff_s * 2 ** (attempt - 1))
             await asyncio.sleep(min(r.backoff_max_s, max(random.uniform(0, ceiling), retry_after)))
 
-    async def _attempt(self, call: Call) -> tuple[int, bytes, httpx.Headers]:
+    async def _attempt(self, path: str, payload: bytes) -> tuple[int, bytes, httpx.Headers]:
         """One HTTP call within ``timeout_s`` in all (a server that drips its answer a byte
         at a time cannot hold it longer), its body read as it streams in and refused past
         ``max_response_bytes`` (never read whole first); of a non-200 answer only the start,
@@ -347,7 +353,7 @@ class RemoteEngine(InFlightEngine):
         r = self._remote
         async with (
             asyncio.timeout(r.timeout_s),
-            self._client.stream("POST", call.path, json=call.body) as response,
+            self._client.stream("POST", path, content=payload, headers=JSON) as response,
         ):
             if response.status_code == 200:
                 body = await read_capped(response, r.max_response_bytes)

@@ -357,3 +357,15 @@ def test_the_key_never_goes_to_a_metrics_url_on_another_origin(
         finally:
             engine.close()
         assert hostile.metrics_keys and set(hostile.metrics_keys) == {expected}, host
+
+
+def test_a_body_that_is_not_json_is_4002_and_the_engine_serves_on(hostile: Hostile) -> None:
+    engine = engine_for(hostile)
+    try:
+        engine.submit(item(engine, "nan", temperature=float("nan")))
+        engine.submit(item(engine, "next"))
+        done = collect(engine, {"nan", "next"})
+        assert_failed(done["nan"], ErrorCode.INVALID_PARAMETER, "cannot be sent as JSON")
+        assert done["next"].error is None and done["next"].text == "fine"
+    finally:
+        engine.close()
