@@ -140,7 +140,7 @@ def _choices(key: str, call: Call, answer: Mapping[str, Any]) -> Completion:
     chat = call.endpoint == "chat"
     choices = []
     for row in rows:
-        text = _text(row["message"]["content"] if chat else row["text"])
+        text = _text(row["message"].get("content") if chat else row["text"])
         logprobs = _chat_logprobs(row) if chat else _text_logprobs(row)
         choices.append(Choice(text, _finish(row.get("finish_reason")), logprobs))
     usage = answer.get("usage") or {}

@@ -238,12 +238,13 @@ def test_a_content_filter_stop_is_kept_through_the_wire_and_reads_with_the_sdk()
         {
             "choices": [
                 {"index": 0, "message": {"content": "par"}, "finish_reason": "content_filter"},
-                {"index": 1, "message": {"content": "ok"}, "finish_reason": "tool_calls"},
+                {"index": 1, "message": {"role": "assistant"}, "finish_reason": "tool_calls"},
             ],
             "usage": {"prompt_tokens": 4, "completion_tokens": 1},
         },
     )
     assert c.finish_reason == "content_filter" and c.extra_choices[0].finish_reason == "stop"
+    assert c.extra_choices[0].text == ""  # a message without content reads as empty
     text = generation_call("m", "completions", "hi", resolved())
     answer = {"choices": [{"text": "x", "finish_reason": "content_filter"}], "usage": {}}
     assert completion_of("k", text, answer).finish_reason == "content_filter"
