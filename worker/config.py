@@ -209,7 +209,7 @@ class ApiConfig:
     webhooks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # networks a webhook URL may reach although loopback, link-local or private (CIDR)
     webhook_allow_networks: tuple[str, ...] = ()
-    webhook_timeout_s: float = 10.0  # one delivery attempt, connect to last byte
+    webhook_timeout_s: float = 10.0  # one whole delivery attempt, every hop, to the headers
     webhook_backoff_s: float = 5.0  # first retry's delay; doubled each time, full jitter
     webhook_backoff_max_s: float = 3600.0  # the longest delay between two attempts
     webhook_give_up_after_s: float = 72 * 3600.0  # retries stop this long after the event

@@ -39,6 +39,7 @@ from batchpipe.api.lifecycle import Lifecycle
 from batchpipe.api.metrics import ApiMetrics
 from batchpipe.api.state import KafkaUnavailable, StaleRecord, StateTopic
 from batchpipe.api.store import open_store
+from batchpipe.api.webhooks.endpoints import load_endpoints
 from batchpipe.api.webhooks.service import Webhooks
 from worker import __version__
 from worker.config import Config
@@ -248,7 +249,10 @@ class Server:
 
 
 def serve(config: Config, keys: Keys) -> int:
-    """Run ``batchpipe serve`` in the foreground until SIGINT/SIGTERM (uvicorn's handlers)."""
+    """Run ``batchpipe serve`` in the foreground until SIGINT/SIGTERM (uvicorn's handlers).
+    The webhook endpoints are checked first, so that a bad entry stops the start naming
+    it (a :class:`~worker.config.ConfigError`) before anything waits for Kafka."""
+    load_endpoints(config.api, _owners(keys))
     log.info(
         "batchpipe API on http://%s:%d (auth %s)",
         config.api.host,

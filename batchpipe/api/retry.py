@@ -8,8 +8,10 @@ bad input (4001-4003) fails the same way again, and a line that missed its deadl
 whose batch was cancelled or expired (4004-4006), was stopped on purpose. The new batch
 reads a new input file of exactly the retried lines, as they were in the first batch's
 input, and carries ``metadata.batchpipe_retry_of`` = the first batch's id (with the
-first batch's other metadata, up to the 16 pairs a batch holds). The first batch's input
-file must still be there (an expired or deleted input is a 409 ``input_file_missing``).
+first batch's other metadata, up to the 16 pairs a batch holds) and its
+``output_expires_after``. The first batch's input and error files must still be there
+(either expired or deleted is a 409 ``input_file_missing`` or ``error_file_missing``).
+The retry takes no parameters; a body with any field is a 400 naming it.
 """
 
 from __future__ import annotations
@@ -17,17 +19,17 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from batchpipe.api.batches import MAX_METADATA_PAIRS, create_from, mine, render
 from batchpipe.api.context import Services, owner, services
-from batchpipe.api.errors import ApiError
+from batchpipe.api.errors import ApiError, bad_request
 from batchpipe.api.files import store_file
 from batchpipe.api.records import BatchRecord
-from batchpipe.api.retention import expired
+from batchpipe.api.retention import ANCHOR, expired
 from worker.errors import ErrorCode
 
 router = APIRouter()
@@ -43,12 +45,30 @@ _WHY: dict[int, str] = {
 }
 
 
+_GONE = {"input": "its lines cannot be run again", "error": "its failed lines are not known"}
+
+
+def _read(svc: Services, batch: BatchRecord, file_id: str, which: str) -> bytes:
+    """The bytes of the batch's ``which`` (input, error) file; a 409 naming it when it
+    expired or was deleted."""
+    record = svc.state.file(file_id)
+    try:
+        if record is None or expired(record):
+            raise FileNotFoundError(file_id)
+        with svc.store.local_copy(file_id) as path:
+            return path.read_bytes()
+    except FileNotFoundError as exc:
+        raise ApiError(
+            409, f"the {which} file {file_id} of batch {batch.id} is gone (expired or "
+            f"deleted), so {_GONE[which]}",
+            param="batch_id", code=f"{which}_file_missing",
+        ) from exc  # fmt: skip
+
+
 def _errors(svc: Services, batch: BatchRecord) -> Iterator[dict[str, Any]]:
     if batch.error_file_id is None:
         return
-    with svc.store.local_copy(batch.error_file_id) as path:
-        text = path.read_text(encoding="utf-8")
-    for line in text.splitlines():
+    for line in _read(svc, batch, batch.error_file_id, "error").splitlines():
         if line.strip():
             yield json.loads(line)
 
@@ -75,10 +95,10 @@ def split(svc: Services, batch: BatchRecord) -> tuple[set[str], list[dict[str, s
     return retry, kept
 
 
-def _lines(path: Path, custom_ids: set[str]) -> bytes:
+def _lines(source: bytes, custom_ids: set[str]) -> bytes:
     chosen = [
         line
-        for line in path.read_bytes().splitlines(keepends=True)
+        for line in source.splitlines(keepends=True)
         if line.strip() and json.loads(line).get("custom_id") in custom_ids
     ]
     return b"".join(chosen)
@@ -95,36 +115,45 @@ def _retry(svc: Services, batch: BatchRecord, who: str) -> dict[str, Any]:
                               "retried": len(retry), "not_retried": kept}  # fmt: skip
     if not retry:
         return answer
-    source = svc.state.file(batch.input_file_id)
-    try:
-        if source is None or expired(source):
-            raise FileNotFoundError(batch.input_file_id)
-        with svc.store.local_copy(batch.input_file_id) as path:
-            chosen = _lines(path, retry)
-    except FileNotFoundError as exc:
-        raise ApiError(
-            409, f"the input file {batch.input_file_id} of batch {batch.id} is gone (expired "
-            "or deleted), so its lines cannot be run again",
-            param="batch_id", code="input_file_missing",
-        ) from exc  # fmt: skip
+    chosen = _lines(_read(svc, batch, batch.input_file_id, "input"), retry)
     name = f"retry-of-{batch.id}.jsonl"
     file = store_file(svc, io.BytesIO(chosen), name, who, batch.output_expires_after)
     others = [(k, v) for k, v in batch.metadata.items() if k != RETRY_OF]
     metadata = dict([*others[: MAX_METADATA_PAIRS - 1], (RETRY_OF, batch.id)])
-    body = {
+    body: dict[str, Any] = {
         "input_file_id": file.id,
         "endpoint": batch.endpoint,
         "completion_window": batch.completion_window,
         "metadata": metadata,
     }
+    if batch.output_expires_after is not None:
+        body["output_expires_after"] = {"anchor": ANCHOR, "seconds": batch.output_expires_after}
     answer["batch"] = render(svc, create_from(svc, body, who))
     return answer
 
 
+def _no_parameters(raw: bytes) -> None:
+    """A retry takes no parameters: a body, if any, is an empty JSON object; anything
+    else is a 400 naming the first field (never ignored)."""
+    if not raw.strip():
+        return
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise bad_request("the body is not JSON; a retry takes no parameters") from exc
+    if not isinstance(body, dict):
+        raise bad_request("the body must be a JSON object; a retry takes no parameters")
+    if body:
+        field = sorted(body)[0]
+        raise bad_request(f"{field}: unknown parameter; a retry takes no parameters", field)
+
+
 @router.post("/v1/batches/{batch_id}/retry")
-def retry_batch(batch_id: str, request: Request, who: str = Depends(owner)) -> dict[str, Any]:
+async def retry_batch(batch_id: str, request: Request, who: str = Depends(owner)) -> dict[str, Any]:
     svc = services(request)
-    answer = _retry(svc, mine(svc, batch_id, who), who)
+    _no_parameters(await request.body())
+    # in a worker thread: it reads files and waits on Kafka
+    answer = await run_in_threadpool(lambda: _retry(svc, mine(svc, batch_id, who), who))
     if answer["batch"] is not None:
         svc.metrics.batch_created()
     return answer

@@ -54,7 +54,8 @@ class Target:
     @property
     def host_header(self) -> str:
         default = {"http": 80, "https": 443}[self.scheme]
-        return self.host if self.port == default else f"{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 literal
+        return host if self.port == default else f"{host}:{self.port}"
 
 
 def _networks(allowed: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
@@ -84,21 +85,56 @@ class AddressGuard:
     def check(self, url: str) -> Target:
         """The target to connect to; ``OutboundRefused`` for a URL that may not be sent
         to, ``OSError`` when its name does not resolve now (worth retrying)."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise OutboundRefused(f"{url!r} is not an http(s) URL with a host")
-        if parts.username or parts.password:
-            raise OutboundRefused("a webhook URL carries no user or password")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        addresses = self._resolve(parts.hostname, port)
+        scheme, host, port, path = url_parts(url)
+        addresses = self._resolve(host, port)
         if not addresses:
-            raise OSError(f"{parts.hostname} resolves to no address")
+            raise OSError(f"{host} resolves to no address")
         for address in addresses:
             reason = self._refusal(address)
             if reason is not None:
                 raise OutboundRefused(
-                    f"{parts.hostname} resolves to {address}, a {reason} address, not a "
+                    f"{host} resolves to {address}, a {reason} address, not a "
                     "public one; api.webhook_allow_networks may allow it"
                 )
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        return Target(parts.scheme, parts.hostname, port, path, addresses[0].split("%")[0])
+        return Target(scheme, host, port, path, addresses[0].split("%")[0])
+
+    def check_literal(self, url: str) -> None:
+        """Refuse now a URL whose host is an address that :meth:`check` would refuse at
+        every attempt (a name is checked at each attempt only: what it resolves to
+        may change)."""
+        _, host, _, _ = url_parts(url)
+        try:
+            address = str(ipaddress.ip_address(host))
+        except ValueError:
+            return
+        reason = self._refusal(address)
+        if reason is not None:
+            raise OutboundRefused(
+                f"{address} is a {reason} address, not a public one; "
+                "api.webhook_allow_networks may allow it"
+            )
+
+
+def url_parts(url: str) -> tuple[str, str, int, str]:
+    """``(scheme, host, port, path with query)`` of a URL a webhook may be sent to;
+    :class:`OutboundRefused`, saying why, for any other: a scheme other than http(s), no
+    host, a user or password, a bad port, a fragment, spaces or control characters, a
+    host that is not ASCII (write it as punycode, ``xn--…``). The message never repeats
+    the URL (it may hold a password)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # its message holds no part of the URL
+        raise OutboundRefused(f"not a URL: {exc}") from exc
+    if parts.username is not None or parts.password is not None:
+        raise OutboundRefused("a webhook URL carries no user or password")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise OutboundRefused("not an http or https URL with a host")
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise OutboundRefused("spaces or control characters in the URL")
+    if parts.fragment:
+        raise OutboundRefused("a fragment (#...) in the URL, which would never be sent")
+    if not parts.hostname.isascii():
+        raise OutboundRefused(f"{parts.hostname!r}: write a name that is not ASCII as punycode")
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80), path

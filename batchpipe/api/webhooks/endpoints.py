@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from batchpipe.api.webhooks.addresses import AddressGuard
 from batchpipe.api.webhooks.signing import secret_key
 from worker.config import ApiConfig, ConfigError
+from worker.outbound import OutboundRefused
 
 #: the events a webhook may carry: a batch's ends, as OpenAI names them
 EVENTS: tuple[str, ...] = ("batch.completed", "batch.failed", "batch.expired", "batch.cancelled")
@@ -35,7 +37,9 @@ def _key(owner: str, spec: Mapping[str, Any], environ: Mapping[str, str]) -> byt
     if (env is None) == (path is None):
         raise ConfigError(f"{where}: give exactly one of secret_env and secret_file")
     if env is not None:
-        secret = environ.get(str(env), "")
+        if str(env) not in environ:
+            raise ConfigError(f"{where}.secret_env: the environment variable {env} is not set")
+        secret = environ[str(env)]
         origin = f"environment variable {env}"
     else:
         try:
@@ -59,6 +63,7 @@ def load_endpoints(
     an unusable secret, or an owner no API key has (``owners``), whose endpoint would
     never be called."""
     env = os.environ if environ is None else environ
+    guard = AddressGuard(api.webhook_allow_networks)
     found: dict[str, Endpoint] = {}
     for owner, spec in api.webhooks.items():
         if owner not in owners:
@@ -66,6 +71,11 @@ def load_endpoints(
                 f"api.webhooks.{owner}: no API key has owner {owner!r} "
                 f"(owners: {', '.join(sorted(owners))})"
             )
+        url = str(spec["url"])
+        try:
+            guard.check_literal(url)  # and the URL's form (url_parts)
+        except OutboundRefused as exc:
+            raise ConfigError(f"api.webhooks.{owner}.url: {exc}") from exc
         events = frozenset(spec.get("events") or EVENTS)
-        found[owner] = Endpoint(owner, str(spec["url"]), events, _key(owner, spec, env))
+        found[owner] = Endpoint(owner, url, events, _key(owner, spec, env))
     return found

@@ -17,8 +17,8 @@ class WebhookMetrics:
         self._attempts = Counter(
             "batchpipe_api_webhook_deliveries",
             "Webhook delivery attempts by outcome: delivered (2xx), failed (retried later), "
-            "gave_up (failing past api.webhook_give_up_after_s), refused (the address guard, "
-            "or the key's endpoint gone).",
+            "gave_up (failing past api.webhook_give_up_after_s), refused (the address guard on "
+            "the configured URL, or the key's endpoint gone).",
             ["outcome"],
             registry=registry,
         )

@@ -68,9 +68,14 @@ def registry() -> CollectorRegistry:
 
 
 def deliverer(
-    send: object, log: MemoryLog, registry: CollectorRegistry, api: ApiConfig = API
+    send: object,
+    log: MemoryLog,
+    registry: CollectorRegistry,
+    api: ApiConfig = API,
+    url: str = ENDPOINT.url,
 ) -> Deliverer:
-    found = Deliverer(api, {"alice": ENDPOINT}, send, log, WebhookMetrics(registry))  # type: ignore[arg-type]
+    endpoints = {"alice": replace(ENDPOINT, url=url)}
+    found = Deliverer(api, endpoints, send, log, WebhookMetrics(registry))  # type: ignore[arg-type]
     found.start()
     return found
 
@@ -166,9 +171,7 @@ def test_an_answer_after_the_timeout_is_a_repeat_with_the_same_webhook_id(
     sender = Sender(AddressGuard(api.webhook_allow_networks), api.webhook_timeout_s)
     log = MemoryLog()
     log.put(pending())
-    hooks = Deliverer(api, {"alice": replace(ENDPOINT, url=late)}, sender.send, log,
-                      WebhookMetrics(registry))  # fmt: skip
-    hooks.start()
+    hooks = deliverer(sender.send, log, registry, api, url=late)
     hooks.resume()
     assert until(lambda: not log.owed)
     hooks.close()

@@ -125,3 +125,50 @@ def test_an_unusable_secret_stops_the_start_naming_the_entry(
     with pytest.raises(ConfigError, match=message) as raised:
         load_endpoints(ApiConfig(webhooks={"alice": spec}), {"alice"}, {"BAD": "whsec_not base64!"})
     assert "api.webhooks.alice" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("https://user:hunter2@a.example/h", "no user or password"),
+        ("https:///h", "with a host"),
+        ("http://", "with a host"),
+        ("https://a.example:99999/h", "Port out of range"),
+        ("https://a.example/a b", "spaces or control characters"),
+        ("https://a.example/h\r\nX-Injected: 1", "spaces or control characters"),
+        ("https://a.example/h#part", "fragment"),
+        ("https://bücher.example/h", "punycode"),
+        ("http://10.0.0.7/h", "10.0.0.7 is a private address"),
+        ("http://169.254.169.254/latest", "link-local"),
+        ("http://[::1]:8080/h", "loopback"),
+    ],
+)
+def test_a_url_that_can_never_be_sent_to_stops_the_start_naming_the_field(
+    url: str, message: str
+) -> None:
+    api = ApiConfig(webhooks={"alice": {"url": url, "secret_env": "S"}})
+    with pytest.raises(ConfigError, match=message) as raised:
+        load_endpoints(api, {"alice"}, {"S": SECRET})
+    assert str(raised.value).startswith("api.webhooks.alice.url: ")
+    assert "hunter2" not in str(raised.value)
+
+
+def test_an_address_in_an_allowed_network_is_accepted_at_the_start() -> None:
+    api = ApiConfig(
+        webhooks={"alice": {"url": "http://10.0.0.7:9000/h", "secret_env": "S"}},
+        webhook_allow_networks=("10.0.0.0/24",),
+    )
+    assert load_endpoints(api, {"alice"}, {"S": SECRET})["alice"].url == "http://10.0.0.7:9000/h"
+
+
+def test_a_delivery_signed_long_after_its_event_is_accepted_and_an_old_one_is_not() -> None:
+    """The signature's timestamp is the attempt's, not the event's: a retry hours later
+    passes the SDK's 5-minute window, while the same headers replayed later do not."""
+    event = event_of(ended("completed"))  # created_at 200: long ago
+    body, sdk = event.body(), OpenAI(api_key="unused").webhooks
+    now = int(time.time())
+    fresh = dict(signed_headers(secret_key(SECRET), event.webhook_id, now, body))
+    assert sdk.unwrap(body, fresh, secret=SECRET).created_at == 200
+    stale = dict(signed_headers(secret_key(SECRET), event.webhook_id, now - 600, body))
+    with pytest.raises(InvalidWebhookSignatureError, match="too old"):
+        sdk.unwrap(body, stale, secret=SECRET)
