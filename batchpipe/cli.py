@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
+from urllib.parse import quote
 
 import httpx
 from confluent_kafka import KafkaException
@@ -332,12 +333,16 @@ def build_parser() -> argparse.ArgumentParser:
         "error was the engine's (5xxx), linked to it by metadata.batchpipe_retry_of; "
         "print the new batch's id, and list on stderr every other error line with why it "
         "is not retried (bad input, a cancelled or expired batch). Exit 1 when no line "
-        "is worth retrying. The key: --api-key, else OPENAI_API_KEY (as the SDK reads it).",
+        "is worth retrying, or when the server refuses (an unknown batch, one not ended "
+        "yet, its input or error file gone: the reason is printed) or cannot be reached. "
+        "The key: --api-key, else OPENAI_API_KEY (as the SDK reads it).",
         formatter_class=_FORMATTER,
     )
     retry.add_argument("batch_id", metavar="BATCH_ID", help="an ended batch of the API")
     retry.add_argument(
-        "--url", help="the server's base URL (default: http://api.host:api.port of the config)"
+        "--url",
+        help="the server's base URL, with or without /v1 as the SDK's base_url "
+        "(default: http://api.host:api.port of the config)",
     )
     retry.add_argument("--api-key", metavar="KEY", help="the batch owner's API key")
     retry.set_defaults(func=_retry)
@@ -513,15 +518,38 @@ def _status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _retry_answer(url: str, batch_id: str, key: str | None) -> dict[str, Any] | None:
+    """The server's answer to a retry of ``batch_id``; None (reported) when there is no
+    usable one: the server unreachable, a refusal, or an answer that is not a retry's."""
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    target = f"{url}/v1/batches/{quote(batch_id, safe='')}/retry"
+    try:
+        answer = httpx.post(target, headers=headers, timeout=60)
+    except httpx.HTTPError as exc:
+        _report(f"cannot reach batchpipe serve at {url}: {str(exc) or type(exc).__name__}")
+        return None
+    try:
+        doc = answer.json()
+    except ValueError:
+        doc = None
+    if answer.status_code != 200:
+        error = doc.get("error") if isinstance(doc, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+        _report(f"{answer.status_code}: {message or answer.reason_phrase or 'refused'}")
+        return None
+    if not isinstance(doc, dict) or doc.get("object") != "batchpipe.retry":
+        _report(f"{url} answered 200 with something other than a retry: is it batchpipe serve?")
+        return None
+    return doc
+
+
 def _retry(args: argparse.Namespace) -> int:
     api = load(args).api
-    url = (args.url or f"http://{api.host}:{api.port}").rstrip("/")
+    host = f"[{api.host}]" if ":" in api.host else api.host
+    url = (args.url or f"http://{host}:{api.port}").rstrip("/").removesuffix("/v1")
     key = args.api_key or os.environ.get("OPENAI_API_KEY")
-    headers = {"authorization": f"Bearer {key}"} if key else {}
-    answer = httpx.post(f"{url}/v1/batches/{args.batch_id}/retry", headers=headers, timeout=60)
-    doc = answer.json()
-    if answer.status_code != 200:
-        _report(f"{answer.status_code}: {doc.get('error', {}).get('message', doc)}")
+    doc = _retry_answer(url, args.batch_id, key)
+    if doc is None:
         return EXIT_FAILED
     for line in doc["not_retried"]:
         print(
