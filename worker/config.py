@@ -417,6 +417,11 @@ def _remote_problems(e: EngineConfig, b: BatchingConfig) -> list[str]:
             f"batching.max_batch_size ({b.max_batch_size}), the most requests a worker keeps "
             "in flight: raise batching.max_batch_size (and prefetch_count) with it"
         )
+    if r.timeout_s >= e.engine_timeout_s:
+        found.append(
+            f"engine.remote.timeout_s: {r.timeout_s} must be below engine.engine_timeout_s "
+            f"({e.engine_timeout_s}): a request the server holds that long wedges the worker"
+        )
     if r.backoff_s > r.backoff_max_s:
         found.append(
             f"engine.remote.backoff_s: {r.backoff_s} exceeds backoff_max_s ({r.backoff_max_s})"

@@ -160,6 +160,9 @@ def test_the_openai_kind_needs_its_server_and_its_settings_need_that_kind() -> N
     assert "engine.remote.metrics_url: " in refused(
         *remote, "engine.remote.base_url=http://x/v1", "engine.remote.metrics_url=file:///etc/x"
     )
+    assert "engine.remote.timeout_s: 600 must be below engine.engine_timeout_s" in refused(
+        *remote, "engine.remote.base_url=http://x/v1", "engine.remote.timeout_s=600"
+    )
     for key, value in (("timeout_s", "100000"), ("backoff_max_s", "86400"), ("timeout_s", "0")):
         assert f"engine.remote.{key}: " in refused(
             *remote, "engine.remote.base_url=http://x/v1", f"engine.remote.{key}={value}"

@@ -80,6 +80,9 @@ RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 OVERLOADED = frozenset({429, 502, 503, 504})
 #: the weight of each answer's time in the smoothed round trip (as TCP's SRTT: 1/8)
 RTT_WEIGHT = 0.125
+#: the share of engine.engine_timeout_s one request may take over all its attempts
+BUDGET_SHARE = 0.9
+LATE = "another attempt could outlast 0.9 × engine.engine_timeout_s = {:g} s"
 JSON = {"Content-Type": "application/json"}
 #: how much of a non-200 answer is read, for the server's message (an HTML 502 page, …)
 ERROR_PAGE_BYTES = 64 * 1024
@@ -97,6 +100,7 @@ class RemoteEngine(InFlightEngine):
         self.model_name = engine.model
         self._remote = r = engine.remote
         self._max_tokens = batching.max_batch_tokens
+        self._budget_s = BUDGET_SHARE * engine.engine_timeout_s  # one request, all attempts
         self._window = ConcurrencyWindow(
             minimum=r.min_concurrency,
             maximum=r.max_concurrency,
@@ -305,6 +309,7 @@ class RemoteEngine(InFlightEngine):
             message = f"the request cannot be sent as JSON: {exc}"
             return Completion.failed(key, ErrorCode.INVALID_PARAMETER, message, 0)
         attempt = 0
+        started = time.monotonic()
         while True:
             sent = time.monotonic()
             retry_after = 0.0
@@ -331,18 +336,24 @@ class RemoteEngine(InFlightEngine):
                     )
                     return Completion.failed(key, code, f"the server answered {last}", 0)
                 retry_after = retry_after_s(headers.get("retry-after"))
+            ceiling = min(r.backoff_max_s, r.backoff_s * 2**attempt)
+            pause = min(r.backoff_max_s, max(random.uniform(0, ceiling), retry_after))
+            # the in-flight stage wedges the worker when nothing completes for
+            # engine_timeout_s: a request stops retrying before it could get there
+            late = time.monotonic() - started + pause + r.timeout_s > self._budget_s
+            give_up = attempt >= r.max_retries or late
             with self._cond:
                 self._stats.responses[outcome] += 1
                 if overloaded:
                     self._window.on_overload(sent, time.monotonic())
-                if attempt < r.max_retries:
+                if not give_up:
                     self._stats.retries += 1
-            if attempt >= r.max_retries:
-                message = f"the server failed {attempt + 1} attempts; the last: {last}"
+            if give_up:
+                why = "" if attempt >= r.max_retries else f" ({LATE.format(self._budget_s)})"
+                message = f"the server failed {attempt + 1} attempts{why}; the last: {last}"
                 return Completion.failed(key, ErrorCode.ENGINE_FAILED, message, 0)
             attempt += 1
-            ceiling = min(r.backoff_max_s, r.backoff_s * 2 ** (attempt - 1))
-            await asyncio.sleep(min(r.backoff_max_s, max(random.uniform(0, ceiling), retry_after)))
+            await asyncio.sleep(pause)
 
     async def _attempt(self, path: str, payload: bytes) -> tuple[int, bytes, httpx.Headers]:
         """One HTTP call within ``timeout_s`` in all (a server that drips its answer a byte

@@ -11,13 +11,16 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from tests.unit.worker.engines.remote.test_engine import collect, item, make
+from worker.config import BatchingConfig, EngineConfig, RemoteConfig
 from worker.engines.base import Completion
+from worker.engines.factory import create_engine
 from worker.engines.remote.engine import RemoteEngine, retry_after_s
 from worker.errors import ErrorCode, ModelLoadError
 
@@ -367,5 +370,32 @@ def test_a_body_that_is_not_json_is_4002_and_the_engine_serves_on(hostile: Hosti
         done = collect(engine, {"nan", "next"})
         assert_failed(done["nan"], ErrorCode.INVALID_PARAMETER, "cannot be sent as JSON")
         assert done["next"].error is None and done["next"].text == "fine"
+    finally:
+        engine.close()
+
+
+def test_retries_stop_before_the_worker_would_wedge(hostile: Hostile) -> None:
+    """The in-flight stage wedges the worker when nothing completes for engine_timeout_s:
+    a hanging server gets a request's 5000 before that, whatever max_retries allows."""
+    remote = replace(
+        RemoteConfig(),
+        base_url=hostile.base_url,
+        allow_private=True,
+        timeout_s=0.3,
+        max_retries=50,
+        backoff_s=0.01,
+        backoff_max_s=0.05,
+    )
+    config = EngineConfig(kind="openai", model="m", engine_timeout_s=1.5, remote=remote)
+    engine = create_engine(config, BatchingConfig())
+    assert isinstance(engine, RemoteEngine)
+    engine.load()
+    try:
+        for _ in range(50):
+            hostile.scripts.put(endless(0.02, b"x"))
+        engine.submit(item(engine, "k"))
+        c = collect(engine, {"k"})["k"]
+        assert_failed(c, ErrorCode.ENGINE_FAILED, "outlast 0.9 × engine.engine_timeout_s")
+        assert engine._snapshot().retries < 50
     finally:
         engine.close()
