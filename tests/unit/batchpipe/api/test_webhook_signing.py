@@ -72,6 +72,15 @@ def test_a_wrong_secret_or_a_changed_body_is_refused() -> None:
         sdk.unwrap(body.replace(b"batch_1", b"batch_2"), headers, secret=SECRET)
 
 
+@pytest.mark.parametrize("secret", ["whsec_ab-cd_efgh", "whsec_" + "YWJj" * 8 + "\n"])
+def test_a_secret_the_sdk_decodes_loosely_signs_as_the_sdk_reads_it(secret: str) -> None:
+    """The SDK skips characters outside base64's alphabet (here - and _ of the URL-safe
+    alphabet, a newline): the key must be the one it derives."""
+    body, headers = delivery(ended("completed"), secret=secret)
+    event = OpenAI(api_key="unused").webhooks.unwrap(body, headers, secret=secret)
+    assert isinstance(event, BatchCompletedWebhookEvent) and event.data.id == "batch_1"
+
+
 def test_a_plain_text_secret_signs_as_the_sdk_reads_it() -> None:
     body, headers = delivery(ended("failed"), secret="plain-text-secret")
     event = OpenAI(api_key="unused").webhooks.unwrap(body, headers, secret="plain-text-secret")
