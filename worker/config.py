@@ -375,6 +375,11 @@ def _inconsistencies(config: Config) -> list[str]:
         found.append("api.s3_endpoint_url: set, but api.store is not s3")
     if config.api.store == "s3" and not config.api.s3_bucket:
         found.append("api.s3_bucket: required when api.store is s3")
+    if config.api.webhook_backoff_s > config.api.webhook_backoff_max_s:
+        found.append(
+            f"api.webhook_backoff_s: {config.api.webhook_backoff_s} exceeds "
+            f"api.webhook_backoff_max_s ({config.api.webhook_backoff_max_s})"
+        )
     if config.api.max_line_bytes > config.api.max_file_bytes:
         found.append(
             f"api.max_line_bytes: {config.api.max_line_bytes} exceeds api.max_file_bytes "

@@ -4,6 +4,7 @@ the endpoints' secrets read from the environment or a file, never shown."""
 from __future__ import annotations
 
 import base64
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from openai.types.webhooks import (
 from batchpipe.api.records import BatchRecord
 from batchpipe.api.webhooks.endpoints import EVENTS, load_endpoints
 from batchpipe.api.webhooks.signing import event_of, secret_key, signed_headers
-from worker.config import ApiConfig, ConfigError
+from worker.config import ApiConfig, ConfigError, load_config
 
 SECRET = "whsec_" + base64.b64encode(b"a secret of thirty-two bytes....").decode()
 BATCH = BatchRecord("batch_1", "alice", "file-1", "/v1/chat/completions", "24h", 100, 86500)
@@ -181,3 +182,27 @@ def test_a_delivery_signed_long_after_its_event_is_accepted_and_an_old_one_is_no
     stale = dict(signed_headers(secret_key(SECRET), event.webhook_id, now - 600, body))
     with pytest.raises(InvalidWebhookSignatureError, match="too old"):
         sdk.unwrap(body, stale, secret=SECRET)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("api.webhook_timeout_s=86400", "api.webhook_timeout_s: 86400 is greater than"),
+        ("api.webhook_timeout_s=0", "api.webhook_timeout_s: 0 is less than or equal"),
+        ("api.webhook_backoff_s=-1", "api.webhook_backoff_s: -1 is less than or equal"),
+        (
+            "api.webhook_backoff_s=7200",
+            "api.webhook_backoff_s: 7200 exceeds api.webhook_backoff_max_s",
+        ),
+        ("api.webhook_backoff_max_s=1.0e+300", "api.webhook_backoff_max_s: 1e+300 is greater than"),
+        (
+            "api.webhook_allow_networks=10.0.0.0/8",
+            "api.webhook_allow_networks: '10.0.0.0/8' is not",
+        ),
+    ],
+)
+def test_webhook_settings_out_of_range_stop_the_load_naming_them(
+    setting: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(sets=[setting], environ={})
