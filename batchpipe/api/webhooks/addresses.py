@@ -118,9 +118,9 @@ class AddressGuard:
 def url_parts(url: str) -> tuple[str, str, int, str]:
     """``(scheme, host, port, path with query)`` of a URL a webhook may be sent to;
     :class:`OutboundRefused`, saying why, for any other: a scheme other than http(s), no
-    host, a user or password, a bad port, a fragment, spaces or control characters, a
-    host that is not ASCII (write it as punycode, ``xn--…``). The message never repeats
-    the URL (it may hold a password)."""
+    host, a user or password, a bad port, a fragment, spaces or control characters,
+    characters that are not ASCII (percent-encoded in a path, punycode in a name). The
+    message never repeats the URL (it may hold a password)."""
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -132,9 +132,12 @@ def url_parts(url: str) -> tuple[str, str, int, str]:
         raise OutboundRefused("not an http or https URL with a host")
     if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
         raise OutboundRefused("spaces or control characters in the URL")
+    if not url.isascii():
+        raise OutboundRefused(
+            "characters that are not ASCII in the URL: percent-encode them, and write "
+            "a name as punycode (xn--...)"
+        )
     if parts.fragment:
         raise OutboundRefused("a fragment (#...) in the URL, which would never be sent")
-    if not parts.hostname.isascii():
-        raise OutboundRefused(f"{parts.hostname!r}: write a name that is not ASCII as punycode")
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80), path

@@ -159,7 +159,12 @@ class Deliverer:
 
     def _attempt(self, item: Pending) -> None:
         try:
-            outcome = self._try(item)
+            try:
+                outcome = self._try(item)
+            except Exception as exc:  # whatever the receiver provoked: a failed attempt,
+                # with back-off and give-up like any other, never a loop at a fixed pace
+                log.exception("webhook %s: the attempt raised", item.webhook_id)
+                outcome = Outcome("failed", type(exc).__name__)
             self._settle(item, outcome)
         except Exception as exc:  # Kafka failing on the record, say: retried in a while
             log.warning("webhook %s: %r; retrying", item.webhook_id, exc)

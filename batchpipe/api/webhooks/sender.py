@@ -160,7 +160,10 @@ class Sender:
                     return Outcome("delivered", str(status))
                 if status not in _REDIRECTS or not location:
                     return Outcome("failed", f"HTTP {status}")
-                url = urldefrag(urljoin(url, location)).url
+                try:
+                    url = urldefrag(urljoin(url, location)).url
+                except ValueError:  # "Invalid IPv6 URL"
+                    return Outcome("failed", f"HTTP {status} to something that is not a URL")
         return Outcome("failed", f"more than {MAX_REDIRECTS} redirects")
 
     def _post(

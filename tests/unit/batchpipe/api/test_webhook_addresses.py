@@ -91,6 +91,7 @@ def test_an_ipv6_target_is_named_in_brackets() -> None:
         "http://public.example:70000/h",
         "http://[::1/h",
         "http://public.example/a\r\nx: y",
+        "http://public.example/h\xe9llo",
     ],
 )
 def test_urls_that_are_not_plain_http_targets_are_refused(url: str) -> None:

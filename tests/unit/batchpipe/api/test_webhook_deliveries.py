@@ -177,3 +177,24 @@ def test_an_answer_after_the_timeout_is_a_repeat_with_the_same_webhook_id(
     hooks.close()
     sender.close()
     assert Late.seen == ["wh_1", "wh_1"]
+
+
+def test_an_attempt_that_raises_is_a_failed_attempt_with_back_off_and_give_up(
+    registry: CollectorRegistry,
+) -> None:
+    """Whatever a receiver provokes in the sender (a bug in it, say) counts as a failed
+    attempt, so it backs off and is given up in time, instead of looping at a fixed pace."""
+
+    def raising(url: str, headers: Mapping[str, str], body: bytes) -> Outcome:
+        raise TypeError("provoked")
+
+    api = replace(API, webhook_give_up_after_s=0.3)
+    log = MemoryLog()
+    log.put(pending())
+    hooks = deliverer(raising, log, registry, api)
+    hooks.resume()
+    assert until(lambda: not log.owed)
+    hooks.close()
+    attempts = [n for _, n in log.writes if n is not None]
+    assert attempts == list(range(len(attempts))) and len(attempts) >= 2
+    assert value(registry, "batchpipe_api_webhook_deliveries_total", outcome="gave_up") == 1

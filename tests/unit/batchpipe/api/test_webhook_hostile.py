@@ -163,6 +163,18 @@ def test_a_plain_server_behind_an_https_url_is_a_failed_attempt(
     assert outcome.kind == "failed", outcome
 
 
+@pytest.mark.parametrize("location", [b"/h\xe9llo", b"http://[::1", b"http://h:99999/"])
+def test_a_redirect_to_a_location_that_is_not_a_url_is_a_failed_attempt(
+    serve: Callable[[Receiver], str], location: bytes
+) -> None:
+    def redirect(conn: socket.socket, receiver: Receiver) -> None:
+        conn.sendall(b"HTTP/1.1 307 X\r\nLocation: " + location + b"\r\nContent-Length: 0\r\n\r\n")
+
+    receiver = Receiver(redirect)
+    outcome = send_bounded(serve(receiver))
+    assert outcome.kind == "failed" and len(receiver.heads) == 1, outcome
+
+
 def test_a_silent_tls_server_fails_at_the_deadline(serve: Callable[[Receiver], str]) -> None:
     """A server that takes the connection and never answers the TLS handshake."""
 

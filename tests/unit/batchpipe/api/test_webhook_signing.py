@@ -148,6 +148,7 @@ def test_an_unusable_secret_stops_the_start_naming_the_entry(
         ("https://a.example/h\r\nX-Injected: 1", "spaces or control characters"),
         ("https://a.example/h#part", "fragment"),
         ("https://bücher.example/h", "punycode"),
+        ("https://a.example/café", "percent-encode"),
         ("http://10.0.0.7/h", "10.0.0.7 is a private address"),
         ("http://169.254.169.254/latest", "link-local"),
         ("http://[::1]:8080/h", "loopback"),
