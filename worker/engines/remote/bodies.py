@@ -3,10 +3,16 @@
 One request in, one HTTP call out, to the endpoint the request addressed: chat to
 ``/chat/completions``, completions to ``/completions``, responses to ``/responses`` and
 embeddings to ``/embeddings``. Every resolved setting goes into the body under its OpenAI
-name; ``top_k`` and ``repetition_penalty`` are extensions that vLLM and SGLang accept, and
-a chat request carries ``chat_template_kwargs.enable_thinking`` as they read it. A server
-that refuses a field answers 400, which the worker passes on as 4002 with the server's
-own message, never dropping the field quietly.
+name, and only when it is not its off value: a request that sets nothing beyond OpenAI's
+fields is a body of OpenAI's fields only, which any OpenAI-compatible server (OpenAI's
+own, which answers 400 to a field it does not know) takes. The extensions vLLM and SGLang
+accept are sent only when asked for: ``top_k`` when above 0, ``repetition_penalty`` when
+not 1.0, and ``chat_template_kwargs.enable_thinking`` on a chat request whose
+``enable_thinking`` is set (by the request, or ``generation.enable_thinking: true``);
+unset, the server's chat template decides (Qwen3's thinks; vLLM's
+``--default-chat-template-kwargs`` sets it server-wide). A server that refuses a field
+answers 400, which the worker passes on as 4002 with the server's own message, never
+dropping the field quietly.
 
 The answer is read strictly: a body that is not the endpoint's object, or not what was
 asked (other than ``n`` choices, other than one vector per input or of ``dimensions``
@@ -22,7 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from worker.engines.base import Completion, ResolvedSampling
+from worker.engines.base import Completion, EngineInput, ResolvedSampling
+from worker.engines.remote.packing import unpack
 from worker.errors import BatchpipeError
 from worker.wire.messages import Choice, FinishReason, Logprobs, ResponseFormat, TokenLogprob
 
@@ -50,8 +57,18 @@ class Call:
         return PATHS[self.endpoint]
 
 
-def generation_call(model: str, endpoint: str, value: Any, s: ResolvedSampling) -> Call:
-    """The call for a chat, completions or responses request (``value`` as packed by
+def request_call(model: str, item: EngineInput) -> Call:
+    """The call for a chat, completions or responses ``item`` (its ids packed by
+    :func:`worker.engines.remote.packing.request_input`)."""
+    endpoint, value, *thinking = unpack(item.prompt_token_ids)
+    return generation_call(model, endpoint, value, item.sampling, *thinking)
+
+
+def generation_call(
+    model: str, endpoint: str, value: Any, s: ResolvedSampling, thinking: bool | None = None
+) -> Call:
+    """The call for a chat, completions or responses request (``value`` and ``thinking``,
+    the request's ``enable_thinking`` where set, as packed by
     :func:`worker.engines.remote.packing.request_input`)."""
     if endpoint == "responses":
         body: dict[str, Any] = {
@@ -67,10 +84,11 @@ def generation_call(model: str, endpoint: str, value: Any, s: ResolvedSampling) 
     body = {"model": model, "max_tokens": s.max_tokens, "temperature": s.temperature}
     if endpoint == "chat":
         body["messages"] = [{"role": role, "content": content} for role, content in value]
-        body["chat_template_kwargs"] = {"enable_thinking": s.enable_thinking}
+        if thinking is not None:  # a vLLM/SGLang extension: sent only when asked for
+            body["chat_template_kwargs"] = {"enable_thinking": thinking}
     else:
         body["prompt"] = value
-    optional = {
+    optional = {  # each sent only when not its off value (top_k, repetition_penalty: extensions)
         "top_p": (s.top_p, 1.0),
         "top_k": (s.top_k, 0),
         "presence_penalty": (s.presence_penalty, 0.0),

@@ -65,7 +65,7 @@ from worker.engines.remote.bodies import (
     Call,
     completion_of,
     embeddings_call,
-    generation_call,
+    request_call,
 )
 from worker.engines.remote.gate import waiting
 from worker.engines.remote.packing import embedding_input, pack, request_input, unpack
@@ -237,8 +237,7 @@ class RemoteEngine(InFlightEngine):
             self._stats.in_flight = len(self._inflight)
 
     def _call_of(self, item: EngineInput) -> Call:
-        endpoint, value = unpack(item.prompt_token_ids)
-        return generation_call(self.model_name, endpoint, value, item.sampling)
+        return request_call(self.model_name, item)
 
     def abort(self, keys: Collection[str]) -> None:
         with self._cond:

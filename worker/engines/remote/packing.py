@@ -39,11 +39,16 @@ def unpack(ids: tuple[int, ...]) -> Any:
 def request_input(request: InferenceRequest) -> list[Any]:
     """The part of a generation request that the sampling settings do not hold:
     ``[endpoint, value]``, the value ``[[role, content], …]`` for messages (chat and
-    responses), the prompt's text, or its list of token ids (completions)."""
+    responses), the prompt's text, or its list of token ids (completions). A chat request
+    whose ``enable_thinking`` is set (by the request, or a configured true: intake leaves
+    it unset only when neither asks) adds it third, as a local engine's chat template
+    renders it into the tokens; unset, the server's own template default applies."""
     if request.messages:
         value: Any = [[m.role, m.content] for m in request.messages]
     else:
         value = request.prompt if request.prompt is not None else list(request.prompt_token_ids)
+    if request.endpoint == "chat" and request.enable_thinking is not None:
+        return [request.endpoint, value, request.enable_thinking]
     return [request.endpoint, value]
 
 

@@ -13,14 +13,19 @@ from typing import Any, Protocol
 import pytest
 from cryptography import x509
 
+from batcher import Pending
 from bench.openai_standin import StandIn
 from tests.certs import self_signed
 from tests.unit.conftest import resolved
-from worker.config import BatchingConfig, EngineConfig, RemoteConfig
+from worker.config import BatchingConfig, EngineConfig, GenerationConfig, RemoteConfig
 from worker.engines.base import Completion, EngineInput
 from worker.engines.factory import create_engine
+from worker.engines.remote.bodies import request_call
 from worker.engines.remote.engine import RemoteEngine
 from worker.errors import ModelLoadError
+from worker.intake import Intake
+from worker.jobs import Identity, Job, Source
+from worker.wire.codec import CodecLimits, encode_request
 from worker.wire.messages import ChatMessage, InferenceRequest
 
 WAIT_S = 60.0  # a bound on what the tests submit, not a pace
@@ -96,6 +101,28 @@ def test_n_choices_come_back_as_n_choices(engine: RemoteEngine) -> None:
     done = collect(engine, {"k"})["k"]
     assert done.error is None and done.text == "alpha beta"
     assert [c.text for c in done.extra_choices] == ["alpha beta", "alpha beta"]
+
+
+def test_enable_thinking_is_sent_when_the_request_or_the_configuration_sets_it(
+    engine: RemoteEngine,
+) -> None:
+    def sent(thinking: bool | None, generation: GenerationConfig) -> object:
+        request = InferenceRequest("c", messages=(ChatMessage("user", "hi"),))
+        intake = Intake(
+            engine, Identity("w", "m"), BatchingConfig(), generation, CodecLimits(4096, 4096)
+        )
+        admitted = intake.take(
+            Source("t", 0, 0), *encode_request(replace(request, enable_thinking=thinking)), 0.0
+        )
+        assert isinstance(admitted, Pending), admitted
+        job: Job = admitted.payload
+        return request_call("m", job.engine_input).body.get("chat_template_kwargs")
+
+    default, configured = GenerationConfig(), GenerationConfig(enable_thinking=True)
+    assert sent(None, default) is None, "unset and off by default: OpenAI's fields only"
+    assert sent(None, configured) == {"enable_thinking": True}
+    assert sent(False, configured) == {"enable_thinking": False}
+    assert sent(False, default) == {"enable_thinking": False}
 
 
 def test_an_aborted_request_is_closed_and_never_completed(

@@ -5,21 +5,26 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from openai.types import Completion as SdkCompletion
 from openai.types.chat import ChatCompletion
+from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 from openai.types.responses import Response
 
 from tests.unit.conftest import resolved
+from worker.engines.base import EngineInput
 from worker.engines.remote.aimd import ConcurrencyWindow
 from worker.engines.remote.bodies import (
     AnswerError,
+    Call,
     completion_of,
     embeddings_call,
     generation_call,
+    request_call,
 )
 from worker.engines.remote.gate import waiting
 from worker.engines.remote.packing import pack, request_input, unpack
@@ -104,24 +109,25 @@ def test_the_gate_reads_vllm_waiting_summed_over_models() -> None:
     assert waiting('vllm:num_requests_waiting{a="b"} NaN\n') is None
 
 
+#: a value other than its off value for every sampling setting OpenAI defines
+OPENAI_SETTINGS: dict[str, Any] = {
+    "max_tokens": 7,
+    "temperature": 0.5,
+    "top_p": 0.9,
+    "seed": 3,
+    "stop": ("END",),
+    "n": 2,
+    "presence_penalty": 0.1,
+    "frequency_penalty": 0.2,
+    "logprobs": True,
+    "top_logprobs": 2,
+}
+
+
 def test_every_resolved_setting_goes_into_the_chat_body() -> None:
     fmt = ResponseFormat("json_schema", '{"type": "object"}', "label", True)
-    s = resolved(
-        max_tokens=7,
-        temperature=0.5,
-        top_p=0.9,
-        top_k=5,
-        seed=3,
-        stop=("END",),
-        n=2,
-        presence_penalty=0.1,
-        frequency_penalty=0.2,
-        repetition_penalty=1.1,
-        logprobs=True,
-        top_logprobs=2,
-        response_format=fmt,
-    )
-    body = generation_call("m", "chat", [["user", "hi"]], s).body
+    s = resolved(**OPENAI_SETTINGS, top_k=5, repetition_penalty=1.1, response_format=fmt)
+    body = generation_call("m", "chat", [["user", "hi"]], s, False).body
     assert body == {
         "model": "m",
         "max_tokens": 7,
@@ -161,6 +167,53 @@ def test_every_resolved_setting_goes_into_the_chat_body() -> None:
         "encoding_format": "float",
         "dimensions": 4,
     }
+
+
+#: every field of a chat request as OpenAI's SDK types it
+OPENAI_CHAT_FIELDS = (
+    CompletionCreateParamsNonStreaming.__required_keys__
+    | CompletionCreateParamsNonStreaming.__optional_keys__
+)
+
+
+def chat_call(
+    enable_thinking: bool | None = None, endpoint: str = "chat", **sampling: object
+) -> Call:
+    """The call the engine makes of a request, from its packed input as intake admits it."""
+    messages = (ChatMessage("user", "hi"),)
+    request = (
+        InferenceRequest("a", prompt="hi", enable_thinking=enable_thinking)
+        if endpoint == "completions"
+        else InferenceRequest("a", messages=messages, enable_thinking=enable_thinking)
+    )
+    return request_call("m", EngineInput("a", pack(request_input(request)), resolved(**sampling)))
+
+
+def test_a_chat_request_asking_nothing_beyond_openai_sends_only_openais_fields() -> None:
+    plain = chat_call().body
+    assert plain == {
+        "model": "m",
+        "max_tokens": 256,
+        "temperature": 0.0,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    every = chat_call(**OPENAI_SETTINGS, response_format=ResponseFormat("json_object")).body
+    assert set(plain) <= set(every) <= OPENAI_CHAT_FIELDS, set(every) - OPENAI_CHAT_FIELDS
+    assert len(every) == 13
+
+
+def test_the_extensions_are_sent_when_a_request_asks_for_them() -> None:
+    body = chat_call(True, top_k=5, repetition_penalty=1.1).body
+    assert {k: body[k] for k in set(body) - OPENAI_CHAT_FIELDS} == {
+        "top_k": 5,
+        "repetition_penalty": 1.1,
+        "chat_template_kwargs": {"enable_thinking": True},
+    }
+    # an explicit false is sent too: a template that thinks by default (Qwen3) must be told
+    assert chat_call(False).body["chat_template_kwargs"] == {"enable_thinking": False}
+    completions = chat_call(True, "completions", top_k=5).body
+    assert completions["top_k"] == 5
+    assert "chat_template_kwargs" not in completions, "no chat template renders a prompt"
 
 
 def test_answers_are_read_with_the_servers_usage_and_every_choice() -> None:
