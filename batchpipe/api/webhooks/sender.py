@@ -9,10 +9,11 @@ the guard.
 A receiver is a stranger's server, so nothing it does may hold a sender thread for long
 or fill the memory:
 
-* the whole attempt — resolving aside, every connect, TLS handshake, write and read of
-  every hop — ends ``api.webhook_timeout_s`` after it began (:class:`_Deadline`: each
-  socket operation may wait only for what is left, and the TLS handshake counts as one),
-  so an answer dripped a byte at a time fails at the deadline like a silent one;
+* the whole attempt — resolving each hop's name (:func:`_within`), every connect, TLS
+  handshake, write and read of every hop — ends ``api.webhook_timeout_s`` after it
+  began (:class:`_Deadline`: each socket operation may wait only for what is left, and
+  the TLS handshake counts as one), so an answer dripped a byte at a time fails at the
+  deadline like a silent one;
 * only the status line and headers are read (at most h11's 100 KiB); the body of the
   answer never is, and the connection is closed after it.
 
@@ -24,9 +25,11 @@ Nothing is ever sent to a refused address.
 
 from __future__ import annotations
 
+import queue
 import ssl
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urldefrag, urljoin
@@ -123,6 +126,29 @@ class _Deadline(httpcore.NetworkBackend):
         time.sleep(seconds)
 
 
+def _within(deadline: _Deadline, check: Callable[[str], Target], url: str) -> Target:
+    """``check(url)`` — resolving the URL's name — within the attempt's deadline: the
+    system's resolver has no timeout of its own to give, so it runs in a thread of its
+    own, left to finish alone when the deadline passes (``TimeoutError``, an ``OSError``:
+    a failed attempt)."""
+    found: queue.Queue[Target | BaseException] = queue.Queue(maxsize=1)
+
+    def run() -> None:
+        try:
+            found.put(check(url))
+        except BaseException as exc:  # handed to the attempt, raised there
+            found.put(exc)
+
+    threading.Thread(target=run, name="api-webhook-resolve", daemon=True).start()
+    try:
+        answer = found.get(timeout=max(deadline.at - time.monotonic(), 0.0))
+    except queue.Empty:
+        raise TimeoutError("resolving the name took longer than the attempt's deadline") from None
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer
+
+
 class Sender:
     def __init__(
         self, guard: AddressGuard, timeout_s: float, verify: ssl.SSLContext | None = None
@@ -145,7 +171,7 @@ class Sender:
         ) as pool:
             for hop in range(MAX_REDIRECTS + 1):
                 try:
-                    target = self._guard.check(url)
+                    target = _within(deadline, self._guard.check, url)
                 except Refused as exc:
                     return Outcome("refused" if hop == 0 else "failed", str(exc))
                 except OSError as exc:

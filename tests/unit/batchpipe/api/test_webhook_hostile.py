@@ -72,10 +72,10 @@ def serve() -> Iterator[Callable[[Receiver], str]]:
         server.close()
 
 
-def send_bounded(url: str, timeout_s: float = 1.0) -> Outcome:
+def send_bounded(url: str, timeout_s: float = 1.0, guard: AddressGuard = LOOPBACK) -> Outcome:
     """The attempt's outcome; fails the test if it is not back within :data:`BOUND_S`
     (in a daemon thread, so that a hang fails the test instead of holding it)."""
-    sender = Sender(LOOPBACK, timeout_s)
+    sender = Sender(guard, timeout_s)
     outcomes: queue.Queue[Outcome] = queue.Queue()
     threading.Thread(
         target=lambda: outcomes.put(sender.send(url, {"webhook-id": "wh_1"}, b"{}")),
@@ -205,3 +205,20 @@ def test_a_hostile_receiver_is_a_failed_attempt_retried_with_back_off(
         registry.get_sample_value("batchpipe_api_webhook_deliveries_total", {"outcome": "failed"})
         == 1
     )
+
+
+def test_a_name_that_takes_forever_to_resolve_fails_at_the_deadline() -> None:
+    """The receiver's own DNS server may answer as slowly as it likes."""
+    stalled = threading.Event()
+
+    def stalling(host: str, port: int) -> list[str]:
+        stalled.wait(BOUND_S)
+        return ["127.0.0.1"]
+
+    try:
+        outcome = send_bounded(
+            "http://slow.example/h", 0.5, AddressGuard(["127.0.0.1/32"], stalling)
+        )
+    finally:
+        stalled.set()
+    assert outcome.kind == "failed" and "resolving the name took longer" in outcome.detail
