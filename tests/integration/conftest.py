@@ -1,9 +1,14 @@
-"""The integration session's broker and a per-test configuration with topics of its own.
+"""The integration tests' broker and a per-test configuration with topics of its own.
 
-One broker serves the whole session: ``KAFKA_BOOTSTRAP`` when set (e.g. Apache Kafka
-from docker-compose), else the embedded Tansu broker, started once. Each test gets
-unique topic names and group id, so tests never see each other's records. The chaos
-scenarios add their rows to one session report (``chaos_report``).
+``KAFKA_BOOTSTRAP`` when set (e.g. Apache Kafka from docker-compose) serves the whole
+session; else each test module starts an embedded Tansu broker of its own (a fraction of
+a second). Tansu keeps every transactional id and each of its producer epochs in one
+metadata document that it rewrites whole on every change, and never drops one, so a
+broker that served the whole session slowed test by test: the three-worker fair-share
+test took 61 s on a fresh broker and 167 s after the modules before it (docs/
+architecture.md §7). Each test gets unique topic names and group id, so tests never see
+each other's records. The chaos scenarios add their rows to one session report
+(``chaos_report``).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from worker.config import Config
 from worker.kafka.broker import EmbeddedBroker
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka_bootstrap() -> Iterator[str]:
     external = os.environ.get("KAFKA_BOOTSTRAP")
     if external:

@@ -11,6 +11,16 @@ Each :meth:`Mover.feed` is one Kafka transaction: the slices chosen by
 pending partition's offset, the lowest record still to be fed, committed for the feeder
 group. Either all of a step becomes visible or none of it. Any Kafka failure ends the
 mover: the feeder drops it and builds a new one from Kafka (:mod:`worker.feeder.feeder`).
+
+Within a step the slices are acknowledged by the broker *before* the state records are
+produced. On Apache Kafka an aborted step hides both, so the order does not matter there;
+but the embedded broker (Tansu) shows read_committed readers the records of aborted
+transactions too. A feeder killed mid-step, with its state record on the broker and part
+of its slice still in librdkafka's queue, left a ``fed_to`` that the next feeder believed
+over requests that were never written: measured, 22 requests lost in one takeover. With
+the slices acknowledged first, a visible ``fed_to`` always covers written requests; a
+step cut short before its state is written is fed again, and readers keep one answer per
+``custom_id`` (§2).
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from batcher.fairshare import FairShare
 from worker.cancellations import Cancellations, TopicReader
@@ -62,6 +72,7 @@ class Mover:
         self.ahead = ReadAhead(self._reader, self._pending, self.index)
         self.drain = Drain(Cancellations(TopicReader(k)), self.fair, self.index)
         self._alive_sent, self._alive = 0.0, b""
+        self._undelivered = 0  # slice records the broker refused in this step
         self._offsets = clients.consumer(k)  # the worker group's, for its committed offsets
         topics = self._offsets.list_topics(self._requests, timeout=TIMEOUT_S).topics
         partitions = len(topics[self._requests].partitions)
@@ -120,6 +131,7 @@ class Mover:
     def _commit(self, slices: list[tuple[str, list[Message]]]) -> None:
         p = self._producer
         p.begin_transaction()
+        self._undelivered = 0
         for _, records in slices:
             for m in records:
                 p.produce(
@@ -129,6 +141,11 @@ class Mover:
                     headers=m.headers(),
                     on_delivery=self._delivered,
                 )
+        # the slices on the broker before the state that says they were fed (module doc)
+        if p.flush(TIMEOUT_S) > 0 or self._undelivered:
+            raise KafkaException(
+                KafkaError(KafkaError._MSG_TIMED_OUT, "a slice was not acknowledged")
+            )
         for batch_id in dict.fromkeys(b for b, _ in slices):
             p.produce(
                 self._state, key=batch_id.encode(), value=state.encode(self.index.fed_to[batch_id])
@@ -153,5 +170,7 @@ class Mover:
 
     def _delivered(self, error: KafkaError | None, msg: Message) -> None:
         partition, offset = msg.partition(), msg.offset()
-        if error is None and partition is not None and offset is not None:
+        if error is not None:
+            self._undelivered += 1
+        elif partition is not None and offset is not None:
             self.depth.delivered(partition, offset)
