@@ -331,7 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="a new batch of an ended batch's lines that failed in the engine (batchpipe serve)",
         description="Ask batchpipe serve for a new batch of the lines of BATCH_ID whose "
         "error was the engine's (5xxx), linked to it by metadata.batchpipe_retry_of; "
-        "print the new batch's id, and list on stderr every other error line with why it "
+        "print the new batch's id (a batch retried before: the retry batch it already "
+        "has, and 'already retried as' it on stderr), and list on stderr every other "
+        "error line with why it "
         "is not retried (bad input, a cancelled or expired batch). Exit 1 when no line "
         "is worth retrying, or when the server refuses (an unknown batch, one not ended "
         "yet, its input or error file gone: the reason is printed) or cannot be reached. "
@@ -559,7 +561,10 @@ def _retry(args: argparse.Namespace) -> int:
         _report(f"no line of {args.batch_id} failed in the engine; nothing to retry")
         return EXIT_FAILED
     print(doc["batch"]["id"])
-    print(f"{doc['retried']} lines of {args.batch_id} retried", file=sys.stderr)
+    if doc.get("already_retried"):
+        print(f"{args.batch_id} already retried as {doc['batch']['id']}", file=sys.stderr)
+    else:
+        print(f"{doc['retried']} lines of {args.batch_id} retried", file=sys.stderr)
     return EXIT_OK
 
 

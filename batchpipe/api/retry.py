@@ -12,12 +12,20 @@ first batch's other metadata, up to the 16 pairs a batch holds) and its
 ``output_expires_after``. The first batch's input and error files must still be there
 (either expired or deleted is a 409 ``input_file_missing`` or ``error_file_missing``).
 The retry takes no parameters; a body with any field is a 400 naming it.
+
+Idempotent: a batch retried before answers the retry batch it already has (the oldest
+batch of the owner's whose ``metadata.batchpipe_retry_of`` is its id, found in the state
+topic's records, read to the topic's end first), with ``already_retried: true``; nothing
+new is created. On one replica the check and the create hold one lock, so two retries at
+once make one batch; two replicas retrying the same batch at the same instant can both
+miss the other's and make two (later retries answer the oldest).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,6 +53,8 @@ _WHY: dict[int, str] = {
 }
 
 
+#: a retry's check for an earlier retry batch and its create, together (on this replica)
+_CHECK_AND_CREATE = threading.Lock()
 _GONE = {"input": "its lines cannot be run again", "error": "its failed lines are not known"}
 
 
@@ -104,6 +114,14 @@ def _lines(source: bytes, custom_ids: set[str]) -> bytes:
     return b"".join(chosen)
 
 
+def earlier(svc: Services, batch: BatchRecord) -> BatchRecord | None:
+    """The retry batch ``batch`` already has (the oldest, if a race made several), after
+    reading the state topic to its end: it may be another replica's."""
+    svc.state.sync()
+    found = [b for b in svc.state.batches(batch.owner) if b.metadata.get(RETRY_OF) == batch.id]
+    return found[-1] if found else None  # batches() is newest first
+
+
 def _retry(svc: Services, batch: BatchRecord, who: str) -> dict[str, Any]:
     if not batch.terminal:
         raise ApiError(
@@ -112,9 +130,19 @@ def _retry(svc: Services, batch: BatchRecord, who: str) -> dict[str, Any]:
         )  # fmt: skip
     retry, kept = split(svc, batch)
     answer: dict[str, Any] = {"object": "batchpipe.retry", "retry_of": batch.id, "batch": None,
-                              "retried": len(retry), "not_retried": kept}  # fmt: skip
+                              "retried": len(retry), "not_retried": kept,
+                              "already_retried": False}  # fmt: skip
     if not retry:
         return answer
+    with _CHECK_AND_CREATE:
+        found = earlier(svc, batch)
+        if found is not None:
+            return answer | {"batch": render(svc, found), "already_retried": True}
+        answer["batch"] = render(svc, _create(svc, batch, retry, who))
+    return answer
+
+
+def _create(svc: Services, batch: BatchRecord, retry: set[str], who: str) -> BatchRecord:
     chosen = _lines(_read(svc, batch, batch.input_file_id, "input"), retry)
     name = f"retry-of-{batch.id}.jsonl"
     file = store_file(svc, io.BytesIO(chosen), name, who, batch.output_expires_after)
@@ -128,8 +156,7 @@ def _retry(svc: Services, batch: BatchRecord, who: str) -> dict[str, Any]:
     }
     if batch.output_expires_after is not None:
         body["output_expires_after"] = {"anchor": ANCHOR, "seconds": batch.output_expires_after}
-    answer["batch"] = render(svc, create_from(svc, body, who))
-    return answer
+    return create_from(svc, body, who)
 
 
 def _no_parameters(raw: bytes) -> None:
@@ -154,6 +181,6 @@ async def retry_batch(batch_id: str, request: Request, who: str = Depends(owner)
     _no_parameters(await request.body())
     # in a worker thread: it reads files and waits on Kafka
     answer = await run_in_threadpool(lambda: _retry(svc, mine(svc, batch_id, who), who))
-    if answer["batch"] is not None:
+    if answer["batch"] is not None and not answer["already_retried"]:
         svc.metrics.batch_created()
     return answer

@@ -474,7 +474,8 @@ function batchPage() {
         return;
       }
       const link = el("a", { href: `/batches/${encodeURIComponent(answer.batch.id)}`, text: answer.batch.id });
-      status.replaceChildren(`${answer.retried} lines retried as batch `, link, `.${why}`);
+      const what = answer.already_retried ? "Already retried as batch " : `${answer.retried} lines retried as batch `;
+      status.replaceChildren(what, link, `.${why}`);
     } catch (error) {
       $("action-status").textContent = error.message;
     }

@@ -263,6 +263,10 @@ def test_retry_button_makes_a_batch_of_the_engine_failures(
         expect(status).to_contain_text("2 lines retried as batch", timeout=WAIT_MS)
         expect(status).to_contain_text("Not retried: bad-0 (4002)")
         second = status.get_by_role("link").inner_text()
+        page.reload()  # another click (the key stays in the tab): the same batch again
+        expect(page.locator("#batch-status")).to_have_text("completed", timeout=WAIT_MS)
+        page.get_by_role("button", name="Retry failed lines").click()
+        expect(status).to_contain_text(f"Already retried as batch {second}", timeout=WAIT_MS)
         with running_worker(api_config, Flaky(broken=False)):
             status.get_by_role("link").click()
             expect(page.locator("#batch-id")).to_have_text(second)

@@ -1,7 +1,7 @@
 """``batchpipe retry`` against ``batchpipe serve``: a batch whose engine failed on some
 lines (5000) and refused others as bad input (4002) gets a new batch of exactly the
 engine's failures, linked by metadata, which completes once the engine is well; the bad
-input is listed with why."""
+input is listed with why. Retrying it again answers that same batch and makes no other."""
 
 from __future__ import annotations
 
@@ -53,6 +53,14 @@ def line(custom_id: str, content: str) -> str:
     return json.dumps({**request, "body": body}) + "\n"
 
 
+def retry_cli(batch_id: str, url: str) -> subprocess.CompletedProcess[str]:
+    env = {"OPENAI_API_KEY": "sk-alice", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-m", "batchpipe.cli", "retry", batch_id, "--url", url],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
 def test_retry_makes_a_batch_of_exactly_the_engine_failures_and_it_completes(
     api_config: Config, serve: Serve, tmp_path: Path
 ) -> None:
@@ -77,15 +85,26 @@ def test_retry_makes_a_batch_of_exactly_the_engine_failures_and_it_completes(
         assert codes == {**dict.fromkeys(["boom-0", "boom-1", "boom-2"], "5000"),
                          "bad-0": "4002", "bad-1": "4002"}  # fmt: skip
 
-        env = {"OPENAI_API_KEY": "sk-alice", "PATH": "/usr/bin:/bin"}
-        cli = subprocess.run(
-            [sys.executable, "-m", "batchpipe.cli", "retry", first.id, "--url", server.url],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
+        cli = retry_cli(first.id, server.url)
         assert cli.returncode == 0, cli.stderr
         second_id = cli.stdout.strip()
         assert "not retried: bad-0 (4002): an invalid parameter" in cli.stderr
         assert "not retried: bad-1 (4002)" in cli.stderr and "boom" not in cli.stderr
+
+        # a second retry (the command run twice, a click in another tab) makes nothing new
+        twice = retry_cli(first.id, server.url)
+        assert (twice.returncode, twice.stdout.strip()) == (0, second_id), twice.stderr
+        assert f"{first.id} already retried as {second_id}" in twice.stderr
+        thrice = requests.post(
+            f"{server.url}/v1/batches/{first.id}/retry",
+            headers={"Authorization": "Bearer sk-alice"}, timeout=30,
+        )  # fmt: skip
+        assert thrice.status_code == 200, thrice.text
+        assert (thrice.json()["already_retried"], thrice.json()["batch"]["id"]) == (True, second_id)
+        assert (thrice.json()["retried"], len(thrice.json()["not_retried"])) == (3, 2)
+        retries = [b.id for b in client.batches.list(limit=100)
+                   if (b.metadata or {}).get("batchpipe_retry_of") == first.id]  # fmt: skip
+        assert retries == [second_id]
 
         second = client.batches.retrieve(second_id)
         assert second.metadata == {"job": "nightly", "batchpipe_retry_of": first.id}

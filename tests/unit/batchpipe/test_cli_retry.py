@@ -82,6 +82,16 @@ def test_a_retry_prints_the_new_batch_and_why_lines_were_not_retried(
     assert Scripted.seen == [("/v1/batches/batch_1/retry", "Bearer sk-alice")]
 
 
+def test_a_batch_retried_before_prints_its_retry_batch_and_says_so(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answer(200, RETRIED | {"already_retried": True})
+    assert retry(server) == 0
+    out, err = capsys.readouterr()
+    assert out == "batch_2\n"
+    assert "batch_1 already retried as batch_2" in err and "lines of batch_1 retried" not in err
+
+
 def test_a_refusal_is_printed_with_its_status(
     server: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -13,9 +13,11 @@ from fastapi.testclient import TestClient
 
 from batchpipe.api.context import Services
 from batchpipe.api.records import BatchRecord
+from batchpipe.api.retry import earlier
 from tests.unit.batchpipe.api.fakes import (
     ALICE,
     LINE,
+    FakeLog,
     client,
     services,
     stored_batch,
@@ -125,3 +127,41 @@ def test_a_retry_runs_exactly_the_engine_failures_and_keeps_the_first_batchs_set
     assert new["metadata"] == {"job": "nightly", "batchpipe_retry_of": batch.id}
     created = svc.state.batch(new["id"])
     assert created is not None and created.output_expires_after == 7200
+
+
+def test_a_second_retry_answers_the_first_retry_batch_and_creates_nothing(
+    svc: Services,
+) -> None:
+    batch = ended(svc)
+    with client(svc) as api:
+        first = retry(api, batch.id).json()
+        files = len(svc.state.files("alice"))
+        again = retry(api, batch.id)
+        assert again.status_code == 200, again.text
+        listed = api.get("/v1/batches", headers=ALICE).json()["data"]
+    second = again.json()
+    assert (first["already_retried"], second["already_retried"]) == (False, True)
+    assert second["batch"]["id"] == first["batch"]["id"]
+    assert {k: v for k, v in second.items() if k not in ("batch", "already_retried")} == {
+        k: v for k, v in first.items() if k not in ("batch", "already_retried")
+    }
+    assert len(svc.state.files("alice")) == files  # no second input file either
+    assert [b["id"] for b in listed if b["metadata"].get("batchpipe_retry_of") == batch.id] == [
+        first["batch"]["id"]
+    ]
+
+
+def test_the_earlier_retry_is_found_from_the_state_topic_alone(tmp_path: Path) -> None:
+    """A restarted server (a new view of the same log) answers the retry batch made
+    before; the retry batch itself has no retry of its own yet."""
+    log = FakeLog()
+    one = services(unit_config(tmp_path), log=log)
+    batch = ended(one)
+    with client(one) as api:
+        made = retry(api, batch.id).json()["batch"]["id"]
+    two = services(unit_config(tmp_path), log=log)
+    with client(two) as api:
+        again = retry(api, batch.id).json()
+        made_record = two.state.batch(made)
+        assert made_record is not None and earlier(two, made_record) is None
+    assert (again["already_retried"], again["batch"]["id"]) == (True, made)
