@@ -49,6 +49,7 @@ from typing import Any, ClassVar
 import httpx
 from prometheus_client.registry import Collector
 
+from batcher.errors import BatchpipeError
 from worker.config import BatchingConfig, EngineConfig, RemoteConfig
 from worker.engines.base import (
     MODEL_ENGINE_FIELDS,
@@ -448,7 +449,7 @@ def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
     return url.scheme, url.host, url.port or default
 
 
-class TooLarge(Exception):
+class TooLarge(BatchpipeError):
     """The server's answer is longer than ``engine.remote.max_response_bytes``."""
 
     def __init__(self, limit: int) -> None:
