@@ -17,7 +17,15 @@ Invariants:
 * a key weighs what its heaviest active batch weighs (a batch may lower its own weight,
   never raise its key's: the publisher caps it at the key's);
 * the weight floor: a slice is ``quantum × weight ÷ the smallest active weight``
-  requests, so the lightest batch gets ``quantum`` a turn whatever the weights' scale;
+  requests, so the lightest batch gets ``quantum`` a turn whatever the weights' scale,
+  and never more than :data:`MAX_SLICE_RATIO` × ``quantum`` (a heavier batch gets more
+  turns instead: its tag grows more slowly);
+* every number is bounded: a weight is clamped to [:data:`MIN_WEIGHT`,
+  :data:`MAX_WEIGHT`] and a request's tokens to [1, :data:`MAX_TOKENS`], so a tag grows
+  by at most ``MAX_SLICE_RATIO × quantum × MAX_TOKENS ÷ MIN_WEIGHT`` a turn and never
+  becomes infinite (a weight of 1e-305 made it ``inf``, and 1e-308 overflowed the slice
+  size: issue 38); tags are rebased to the virtual time when it passes :data:`REBASE_AT`,
+  so increments stay far above a float's resolution;
 * :meth:`FairShare.next` never hands out more than a batch has waiting;
 * cost per call is O(log n) in the active keys and batches (heaps with lazy deletion),
   and what is kept per batch is a few numbers, so 10,000 active batches cost kilobytes.
@@ -29,8 +37,26 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import Counter
 from dataclasses import dataclass, field
+
+#: the bounds of a batch's weight: a ratio of at most a million between two batches
+MIN_WEIGHT = 1e-3
+MAX_WEIGHT = 1e3
+#: the most tokens one request is charged (far above any model's context)
+MAX_TOKENS = 1 << 24
+#: a slice is at most this many quanta, whatever the ratio of two weights
+MAX_SLICE_RATIO = 64
+#: tags are rebased (the virtual time subtracted) once it passes this
+REBASE_AT = 1e12
+
+
+def clamp_weight(weight: float) -> float:
+    """``weight`` within [MIN_WEIGHT, MAX_WEIGHT]; ``ValueError`` for NaN."""
+    if math.isnan(weight):
+        raise ValueError("a weight must be a number, got nan")
+    return min(MAX_WEIGHT, max(MIN_WEIGHT, weight))
 
 
 @dataclass
@@ -84,8 +110,8 @@ class FairShare:
         added with."""
         if count < 1:
             return
-        if not weight > 0:
-            raise ValueError(f"weight of {batch_id!r} must be positive, got {weight}")
+        weight = clamp_weight(weight)
+        tokens = 1.0 if math.isnan(tokens) else min(float(MAX_TOKENS), max(1.0, tokens))
         batch = self._batches.get(batch_id)
         if batch is None:
             owner = self._keys.get(key)
@@ -100,7 +126,7 @@ class FairShare:
             _push(owner.heap, batch_id, batch)
         batch.waiting += count
         batch.added += count
-        batch.tokens += (max(tokens, 1e-9) - batch.tokens) * count / batch.added
+        batch.tokens += (tokens - batch.tokens) * count / batch.added
 
     def remove(self, batch_id: str) -> int:
         """Forget ``batch_id`` (its requests are gone); returns how many were waiting."""
@@ -122,8 +148,8 @@ class FairShare:
                 heapq.heappop(self._heap)  # stale: gone, or re-pushed since
                 continue
             batch_id, batch = self._first(owner)
-            floor = min(self._weights)
-            count = min(room, batch.waiting, max(1, round(self.quantum * batch.weight / floor)))
+            ratio = min(float(MAX_SLICE_RATIO), batch.weight / min(self._weights))
+            count = min(room, batch.waiting, max(1, round(self.quantum * ratio)))
             cost = count * batch.tokens
             self._now = max(self._now, tag)
             owner.now = max(owner.now, batch.tag)
@@ -140,6 +166,8 @@ class FairShare:
                 heapq.heappop(self._heap)
                 owner.version = next(self._versions)
                 self._push_key(key, owner)
+            if max(self._now, owner.now) > REBASE_AT:
+                self._rebase()
             return batch_id, count
         return None
 
@@ -167,6 +195,22 @@ class FairShare:
             del self._keys[batch.key]  # its heap entry is stale from now on
         elif batch.weight == owner.weight:
             owner.weight = max(b.weight for b in owner.batches.values())
+
+    def _rebase(self) -> None:
+        """Subtract each level's virtual time from its tags (keys: the fleet's; a key's
+        batches: the key's own), keeping their order; O(n) once in a great while, so tags
+        stay small enough that a slice's charge is never lost to rounding."""
+        base = self._now
+        self._now = 0.0
+        self._heap = []
+        for key, owner in self._keys.items():
+            owner.tag -= base
+            owner.heap = []
+            for batch_id, batch in owner.batches.items():
+                batch.tag -= owner.now
+                _push(owner.heap, batch_id, batch)
+            owner.now = 0.0
+            self._push_key(key, owner)
 
     def _push_key(self, key: str, owner: _Key) -> None:
         heapq.heappush(self._heap, (owner.tag, owner.version, key))

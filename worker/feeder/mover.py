@@ -35,9 +35,10 @@ from worker.cancellations import Cancellations, TopicReader
 from worker.config import Config, producer_max_bytes
 from worker.feeder import state
 from worker.feeder.depth import Depth
+from worker.feeder.headers import Charging, scheduled_as
 from worker.feeder.index import PendingIndex
 from worker.feeder.metrics import FeederMetrics
-from worker.feeder.naming import pending_topic, scheduled_as, state_topic
+from worker.feeder.naming import pending_topic, state_topic
 from worker.feeder.readahead import ReadAhead
 from worker.feeder.stops import Drain
 from worker.kafka import clients
@@ -68,6 +69,7 @@ class Mover:
         scan.assign([start])
         self.index = PendingIndex(state.read_state(k, self._state), start.offset)
         self.fair = FairShare(config.scheduling.quantum)
+        self._charging = Charging.from_config(config)
         self._reader = clients.consumer(k, f"{k.group_id}.feeder-reader")
         self.ahead = ReadAhead(self._reader, self._pending, self.index)
         self.drain = Drain(Cancellations(TopicReader(k)), self.fair, self.index)
@@ -96,7 +98,7 @@ class Mover:
         for m in records:
             offset = m.offset()
             assert offset is not None
-            to = scheduled_as(m.headers())
+            to = scheduled_as(m.headers(), m.value(), self._charging)
             first = to.batch_id not in self.index.batches
             if self.index.scan(offset, to.batch_id, to.weight):
                 self.ahead.scanned(to.batch_id, m, first)

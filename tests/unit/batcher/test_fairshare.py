@@ -3,13 +3,21 @@ for late or idle batches, never more than what waits."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from batcher.fairshare import FairShare
+from batcher.fairshare import (
+    MAX_SLICE_RATIO,
+    MAX_TOKENS,
+    MAX_WEIGHT,
+    MIN_WEIGHT,
+    FairShare,
+    clamp_weight,
+)
 
 
 def serve(fair: FairShare, total: int, room: int = 10_000) -> Counter[str]:
@@ -78,7 +86,74 @@ def test_refuses_what_cannot_be_a_share() -> None:
     with pytest.raises(ValueError, match="quantum"):
         FairShare(quantum=0)
     with pytest.raises(ValueError, match="weight"):
-        FairShare(quantum=1).add("a", 1, weight=0)
+        FairShare(quantum=1).add("a", 1, weight=math.nan)
+
+
+@pytest.mark.parametrize("tiny", [1e-308, 5e-324, 1e-305, 0.0, -1.0])
+def test_a_tiny_weight_runs_at_the_floor_and_never_overflows(tiny: float) -> None:
+    """Issue 38: 1e-308 raised OverflowError in the slice size (every feeder crash-looped);
+    1e-305 made the virtual time inf, after which 3:1 weights came out 1:1."""
+    fair = FairShare(quantum=64)
+    fair.add("tiny", 10**9, weight=tiny, key="t", tokens=1e300)
+    fair.add("heavy", 10**9, weight=3.0, key="h")
+    fair.add("light", 10**9, weight=1.0, key="l")
+    served = serve(fair, 4_000_000)  # slices of 64 quanta: the tiny weight is the floor
+    assert served["heavy"] / served["light"] == pytest.approx(3.0, rel=0.02)
+    assert 0 < served["tiny"] < served["light"]
+    assert all(math.isfinite(k.tag) for k in fair._keys.values())
+
+
+def test_a_slice_is_at_most_max_slice_ratio_quanta() -> None:
+    fair = FairShare(quantum=64)
+    fair.add("light", 10**6, weight=MIN_WEIGHT, key="l")
+    fair.add("heavy", 10**6, weight=MAX_WEIGHT, key="h")
+    assert {fair.next(10**9) for _ in range(3)} <= {
+        ("heavy", 64 * MAX_SLICE_RATIO),
+        ("light", 64),
+    }
+
+
+weights = st.one_of(
+    st.floats(MIN_WEIGHT, MAX_WEIGHT),
+    st.sampled_from([1e-308, 5e-324, 1e-305, 1e308, math.inf, 0.0, -1.0]),
+)
+
+
+@given(
+    st.lists(
+        st.tuples(weights, st.floats(0.0, 1e30, allow_nan=False), st.booleans()),
+        min_size=2,
+        max_size=5,
+    ),
+    st.integers(1, 64),
+)
+def test_weights_stay_honoured_whatever_the_numbers(
+    batches: list[tuple[float, float, bool]], quantum: int
+) -> None:
+    """Start-time fair queueing's bound, at every step while all are backlogged: two keys'
+    service in tokens ÷ weight differ by at most one slice of each (the largest slice's
+    cost ÷ its weight); extreme weights and token counts are clamped, tags stay finite
+    (rebased as they grow), and nothing raises."""
+    fair = FairShare(quantum)
+    charged: dict[str, tuple[float, float]] = {}  # key -> (weight, tokens) as clamped
+    for i, (weight, tokens, _) in enumerate(batches):
+        fair.add(f"b{i}", 10**12, weight=weight, key=f"k{i}", tokens=tokens)
+        charged[f"b{i}"] = (clamp_weight(weight), min(float(MAX_TOKENS), max(1.0, tokens)))
+    served: Counter[str] = Counter()
+    largest: dict[str, float] = {}
+    for _ in range(300):
+        picked = fair.next(10**9)
+        assert picked is not None
+        batch, count = picked
+        weight, tokens = charged[batch]
+        served[batch] += count
+        largest[batch] = max(largest.get(batch, 0.0), count * tokens / weight)
+        normalized = {b: served[b] * t / w for b, (w, t) in charged.items()}
+        bound = sum(largest.values()) + max(
+            quantum * MAX_SLICE_RATIO * t / w for w, t in charged.values()
+        )
+        assert max(normalized.values()) - min(normalized.values()) <= bound * (1 + 1e-9)
+    assert all(math.isfinite(k.tag) for k in fair._keys.values())
 
 
 @given(

@@ -14,7 +14,7 @@ from batchpipe.cli import EXIT_USAGE, main
     [
         (["--weight", "2", "--set", "scheduling.fair=false"], "--weight: applies with"),
         (["--key", "alice", "--set", "scheduling.fair=false"], "--key: applies with"),
-        (["--weight", "0", "--set", "scheduling.fair=true"], "--weight: weight must be > 0"),
+        (["--weight", "0", "--set", "scheduling.fair=true"], "--weight: weight must be at least"),
         (["--weight", "1e9", "--set", "scheduling.fair=true"], "at most 1000"),
         (["--weight", "nan", "--set", "scheduling.fair=true"], "--weight"),
     ],

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from worker.feeder.index import PendingIndex, Run
-from worker.feeder.naming import Scheduled, pending_headers, scheduled_as, tokens_header
 
 
 def scanned(layout: str, index: PendingIndex | None = None) -> PendingIndex:
@@ -63,15 +62,6 @@ def test_a_record_outside_the_next_run_is_refused() -> None:
         index.fed("a", 0)  # behind the cursor
     with pytest.raises(ValueError, match="next run"):
         index.fed("a", 4)  # the run after next
-
-
-def test_pending_headers_round_trip_and_bad_values_count_as_one() -> None:
-    headers = [*pending_headers("batch-1", 2.5, "alice"), tokens_header(300)]
-    assert scheduled_as(headers) == Scheduled("batch-1", 2.5, "alice", 300)
-    assert scheduled_as(None) == Scheduled("", 1.0, "", 1)
-    bad = [("batchpipe-batch-id", b"x"), ("batchpipe-weight", b"nan"), ("batchpipe-tokens", b"-4")]
-    assert scheduled_as(bad) == Scheduled("x", 1.0, "", 1)
-    assert scheduled_as({"batchpipe-weight": b"-3"}) == Scheduled()
 
 
 def test_retire_visits_only_what_it_retires_and_skips_a_batch_active_again() -> None:

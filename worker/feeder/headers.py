@@ -1,0 +1,148 @@
+"""What the feeder reads of a pending record, parsed with a bound (docs/architecture.md §10).
+
+Anyone who can write to the pending topic writes these headers, so nothing in them may
+stop the feeder or buy a share: every value is parsed from at most :data:`MAX_NUMBER_CHARS`
+characters, a weight is clamped to the fair share's bounds, and a ``tokens`` value is
+bounded by what the record's own size allows (issue 38: a 4,300-digit ``tokens`` raised
+``ValueError``, ``10**400`` overflowed the fair share, ``tokens=1`` was charged 1/700 of a
+real request).
+
+*Charging.* A request is charged its ``tokens`` header, kept within
+``[content ÷ (4 × CHARS_PER_TOKEN), content + max_batch_tokens]``, where *content* is the
+record's value as the worker will decode it: the size a zstd frame declares (the cap,
+``limits.max_decompressed_bytes``, when it declares none), else the value's length. The
+ceiling: a prompt is at most one token a byte, and a request whose prompt + ``max_tokens``
+exceeds ``max_batch_tokens`` is refused without running. The floor: a quarter of the
+prompt estimate the record's size implies (a line's other fields — custom_id, a schema —
+are counted generously), so a publisher that writes ``tokens=1`` under-pays at most 16×,
+not 700×. A record without the header (a producer outside batchpipe) is charged the
+feeder's own estimate: ``content ÷ CHARS_PER_TOKEN`` + ``generation.max_tokens``, the same
+estimate publishers write, with the whole value counted as prompt.
+
+A batch id or key longer than :data:`MAX_ID_CHARS` makes the record headerless (batch
+``""``): such ids are never written by batchpipe, and one must not cost memory per record.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import zstandard
+
+from batcher.fairshare import MAX_TOKENS, clamp_weight
+from worker.config import Config
+from worker.feeder.estimate import CHARS_PER_TOKEN
+from worker.wire.compression import ZSTD_MAGIC
+
+BATCH_HEADER = "batchpipe-batch-id"
+WEIGHT_HEADER = "batchpipe-weight"
+KEY_HEADER = "batchpipe-key"
+TOKENS_HEADER = "batchpipe-tokens"
+#: a number header longer than this is not a number (a float's repr is ≤ 24 characters)
+MAX_NUMBER_CHARS = 32
+#: the longest batch id or key the feeder keeps, in characters
+MAX_ID_CHARS = 256
+#: the floor of a charge: the record's prompt estimate divided by this
+FLOOR_DIVISOR = 4
+
+Headers = Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None]
+
+
+@dataclass(frozen=True)
+class Charging:
+    """The limits a charge is bounded by, from the feeding worker's configuration."""
+
+    max_decompressed_bytes: int = 6 * 1024 * 1024
+    max_batch_tokens: int = 8192
+    default_max_tokens: int = 256
+
+    @classmethod
+    def from_config(cls, config: Config) -> Charging:
+        return cls(
+            config.limits.max_decompressed_bytes,
+            config.batching.max_batch_tokens,
+            config.generation.max_tokens,
+        )
+
+    def content_bytes(self, value: bytes | None) -> int:
+        """The bytes the worker will decode from ``value``, read from a zstd frame's header
+        without decompressing (at most the cap)."""
+        if not value:
+            return 0
+        if not value.startswith(ZSTD_MAGIC):
+            return len(value)
+        try:
+            size = zstandard.get_frame_parameters(value).content_size
+        except zstandard.ZstdError:
+            return len(value)  # not a frame: the worker refuses it unrun
+        if size == zstandard.CONTENTSIZE_UNKNOWN:
+            return self.max_decompressed_bytes
+        return min(size, self.max_decompressed_bytes)
+
+    def bounds(self, value: bytes | None) -> tuple[int, int, int]:
+        """``(floor, estimate, ceiling)`` of the tokens a record of ``value`` is charged."""
+        content = self.content_bytes(value)
+        prompt = math.ceil(content / CHARS_PER_TOKEN)
+        floor = max(1, prompt // FLOOR_DIVISOR)
+        ceiling = min(MAX_TOKENS, content + self.max_batch_tokens)
+        estimate = min(ceiling, max(floor, prompt + self.default_max_tokens))
+        return floor, estimate, ceiling
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """What the feeder reads of a pending record: whose it is, and what it costs."""
+
+    batch_id: str = ""
+    weight: float = 1.0
+    key: str = ""
+    tokens: int = 1
+
+
+def scheduled_as(
+    headers: Headers | None, value: bytes | None = None, charging: Charging | None = None
+) -> Scheduled:
+    """How a pending record is scheduled; never raises, whatever the headers and value.
+
+    A record without the headers (a producer outside batchpipe) is a batch of its own
+    kind, ``""``, of weight 1 and key ``""``; a weight that is not a number counts as 1,
+    one out of range as the nearest bound; tokens as the module doc says.
+    """
+    charging = charging or Charging()
+    batch_id, weight, key, raw_tokens = "", 1.0, "", ""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    for name, value_ in pairs:
+        raw = _text(value_)
+        if name == BATCH_HEADER:
+            batch_id = raw
+        elif name == KEY_HEADER:
+            key = raw
+        elif name == WEIGHT_HEADER:
+            weight = _weight(raw)
+        elif name == TOKENS_HEADER:
+            raw_tokens = raw
+    if len(batch_id) > MAX_ID_CHARS or len(key) > MAX_ID_CHARS:
+        batch_id, key = "", ""
+    floor, estimate, ceiling = charging.bounds(value)
+    tokens = estimate
+    if 0 < len(raw_tokens) <= MAX_NUMBER_CHARS and raw_tokens.isascii() and raw_tokens.isdigit():
+        tokens = min(ceiling, max(floor, int(raw_tokens)))
+    return Scheduled(batch_id, weight, key, tokens)
+
+
+def _text(value: str | bytes | None) -> str:
+    """Header text that can be written back as UTF-8 (a state key, a stop's batch id)."""
+    if isinstance(value, str):
+        value = value.encode("utf-8", "replace")  # a lone surrogate becomes "?"
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else ""
+
+
+def _weight(raw: str) -> float:
+    if len(raw) > MAX_NUMBER_CHARS:
+        return 1.0
+    try:
+        return clamp_weight(float(raw))
+    except ValueError:  # not a number, or nan
+        return 1.0
