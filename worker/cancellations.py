@@ -7,8 +7,10 @@ holds one record per stopped batch for as long as the cluster keeps it. Every wo
 all of it (no consumer group: every partition from the beginning) and answers a stopped
 batch's requests that have not started without running them — 4005 ``batch_cancelled``,
 4006 ``batch_expired``; an in-flight engine aborts the ones it runs, which are answered
-the same way. A request already on a static engine finishes and its result is
-kept, as OpenAI keeps a cancelled batch's finished results.
+the same way. The feeder writes one too, reason ``quarantined`` with a ``detail``, for a
+batch it cannot schedule (4007 ``batch_quarantined`` naming the cause, §10). A request
+already on a static engine finishes and its result is kept, as OpenAI keeps a cancelled
+batch's finished results.
 """
 
 from __future__ import annotations
@@ -24,26 +26,33 @@ from worker.errors import ErrorCode
 from worker.kafka import clients
 from worker.kafka.consumer import FROM_START
 
-Reason = Literal["cancelled", "expired"]
+Reason = Literal["cancelled", "expired", "quarantined"]
 
 _CODES: dict[Reason, ErrorCode] = {
     "cancelled": ErrorCode.BATCH_CANCELLED,
     "expired": ErrorCode.BATCH_EXPIRED,
+    "quarantined": ErrorCode.BATCH_QUARANTINED,
 }
 _MESSAGES: dict[Reason, str] = {
     "cancelled": "batch_cancelled: the batch was cancelled before this request ran",
     "expired": "batch_expired: the batch's completion window passed before this request ran",
+    "quarantined": "batch_quarantined: the feeder could not schedule this batch, so this "
+    "request was not run",
 }
+#: the longest ``detail`` a stop carries (a quarantined batch's cause)
+MAX_DETAIL = 300
 _METADATA_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
 class Stop:
-    """One stopped batch: why, and when (unix seconds)."""
+    """One stopped batch: why, and when (unix seconds). ``detail`` is the cause of a
+    quarantine (the feeder writes it: docs/architecture.md §10), empty otherwise."""
 
     batch_id: str
     reason: Reason
     at: float
+    detail: str = ""
 
     @property
     def code(self) -> ErrorCode:
@@ -51,12 +60,14 @@ class Stop:
 
     @property
     def message(self) -> str:
-        return _MESSAGES[self.reason]
+        detail = self.detail[:MAX_DETAIL]
+        return f"{_MESSAGES[self.reason]}: {detail}" if detail else _MESSAGES[self.reason]
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {"batch_id": self.batch_id, "reason": self.reason, "at": self.at}
-        ).encode()
+        doc: dict[str, object] = {"batch_id": self.batch_id, "reason": self.reason, "at": self.at}
+        if self.detail:
+            doc["detail"] = self.detail[:MAX_DETAIL]
+        return json.dumps(doc).encode()
 
     @classmethod
     def decode(cls, value: bytes) -> Stop:
@@ -71,7 +82,10 @@ class Stop:
             raise ValueError(f"unknown control reason {reason!r}")
         if not isinstance(at, int | float) or isinstance(at, bool):
             raise ValueError("a control record carries its time 'at'")
-        return cls(batch_id, reason, float(at))
+        detail = doc.get("detail", "")
+        if not isinstance(detail, str):
+            raise ValueError("a control record's detail is text")
+        return cls(batch_id, reason, float(at), detail[:MAX_DETAIL])
 
 
 class ControlReader(Protocol):

@@ -18,6 +18,7 @@ class ErrorCode(IntEnum):
     DEADLINE_EXCEEDED = 4004  # the request's deadline passed before it ran
     BATCH_CANCELLED = 4005  # its batch was cancelled before the request ran
     BATCH_EXPIRED = 4006  # its batch's completion window passed before the request ran
+    BATCH_QUARANTINED = 4007  # the feeder could not schedule its batch (the message says why)
     ENGINE_FAILED = 5000  # the engine failed on this request after split-and-retry
     MODEL_LOAD_FAILED = 5003  # the model failed to load, or is unknown
 

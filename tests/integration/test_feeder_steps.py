@@ -18,12 +18,15 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from batcher.fairshare import FairShare
 from batchpipe.client import Client
 from bench.fairness import lines
 from tests.integration.harness import read_topic
+from worker.cancellations import Stop
 from worker.config import Config
+from worker.errors import ErrorCode
 from worker.feeder.feeder import Feeder
-from worker.feeder.naming import state_topic
+from worker.feeder.naming import ensure_pending, pending_topic, state_topic
 from worker.kafka import clients
 from worker.wire.codec import CodecLimits, decode_request
 
@@ -82,3 +85,57 @@ def test_a_steps_state_is_produced_only_once_its_slices_are_acknowledged(
     assert sorted(ids) == sorted(f"{p}-{i}" for p in "ab" for i in range(1_500))
     assert held, "no state record was produced"
     assert set(held) == {0}, f"state produced with records undelivered: {held[:20]}"
+
+
+def test_hostile_pending_records_and_a_batch_that_raises_stop_no_other_batch(
+    kafka_config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38: a weight of 1e-308 or a 5,000-digit tokens header crash-looped every
+    feeder of the fleet. Here such records, a record without headers and a batch whose
+    share raises (injected) sit on the pending topic ahead of a good batch: the good batch
+    is moved whole, so are the hostile records (the workers answer each), and the raising
+    batch is quarantined — a stop naming the cause on the control topic, its records
+    drained for the workers to answer 4007."""
+    config = replace(
+        kafka_config,
+        kafka=replace(kafka_config.kafka, partitions=3),
+        scheduling=replace(kafka_config.scheduling, fair=True, min_depth=4_000),
+    )
+    k = config.kafka
+    ensure_pending(k, config.limits, [k.requests_topic])
+    hostile: list[tuple[bytes, list[tuple[str, str | bytes | None]]]] = [
+        (b"tiny-0", [("batchpipe-batch-id", b"tiny"), ("batchpipe-weight", b"1e-308")]),
+        (b"tiny-1", [("batchpipe-batch-id", b"tiny"), ("batchpipe-weight", b"5e-324")]),
+        (b"long-0", [("batchpipe-batch-id", b"long"), ("batchpipe-tokens", b"9" * 5_000)]),
+        (b"huge-0", [("batchpipe-batch-id", b"huge"), ("batchpipe-tokens", b"1" + b"0" * 400)]),
+        (b"bare-0", []),
+    ]
+    hostile += [(f"evil-{i}".encode(), [("batchpipe-batch-id", b"evil")]) for i in range(5)]
+    producer = clients.producer(k)
+    for key, headers in hostile:
+        producer.produce(
+            pending_topic(k.requests_topic), key=key, value=b"\x00junk", headers=headers
+        )
+    assert producer.flush(30) == 0
+    Client(config).submit(lines("good", 200), key="good")
+
+    plain = FairShare.add
+
+    def add(self: FairShare, batch_id: str, *args: Any, **kwargs: Any) -> None:
+        if batch_id == "evil":
+            raise RuntimeError("injected fault")
+        plain(self, batch_id, *args, **kwargs)
+
+    monkeypatch.setattr(FairShare, "add", add)
+    feeder = Feeder(config, CollectorRegistry())
+    feeder.start()
+    try:
+        moved = read_topic(config, k.requests_topic, 200 + len(hostile), timeout_s=120)
+    finally:
+        feeder.stop()
+    keys = sorted((m.key() or b"").decode() for m in moved)
+    assert keys == sorted([*(f"good-{i}" for i in range(200)), *(k.decode() for k, _ in hostile)])
+    stops = [Stop.decode(m.value() or b"") for m in read_topic(config, k.control_topic, 1)]
+    (evil,) = [s for s in stops if s.batch_id == "evil"]
+    assert evil.code == ErrorCode.BATCH_QUARANTINED
+    assert "RuntimeError: injected fault" in evil.message

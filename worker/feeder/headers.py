@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import zstandard
+from confluent_kafka import Message
 
 from batcher.fairshare import MAX_TOKENS, clamp_weight
 from worker.config import Config
@@ -130,6 +131,16 @@ def scheduled_as(
     if 0 < len(raw_tokens) <= MAX_NUMBER_CHARS and raw_tokens.isascii() and raw_tokens.isdigit():
         tokens = min(ceiling, max(floor, int(raw_tokens)))
     return Scheduled(batch_id, weight, key, tokens)
+
+
+def headers_of(m: Message) -> Headers | None:
+    """``m``'s headers, or None when the client cannot read them (a name that is not
+    UTF-8): such a record is forwarded and scheduled as one without headers."""
+    try:
+        headers: Headers | None = m.headers()
+    except Exception:  # the client's decoding of hostile bytes: never the feeder's end
+        return None
+    return headers
 
 
 def _text(value: str | bytes | None) -> str:

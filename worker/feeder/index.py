@@ -99,6 +99,19 @@ class PendingIndex:
             if self._last_batch == batch_id:
                 self._last_batch = None
 
+    def abandon(self, batch_id: str) -> int:
+        """Mark every indexed record of ``batch_id`` fed without moving it (records that
+        cannot be read back); returns how many."""
+        batch = self.batches.get(batch_id)
+        if batch is None:
+            return 0
+        count = batch.waiting
+        last = batch.runs[-1]
+        self.batches[batch_id] = PendingBatch(batch_id, batch.weight, deque([last]))
+        last.start, last.count = last.end - 1, 1
+        self.fed(batch_id, last.start)  # the bookkeeping of a batch fed to its end
+        return count
+
     def low_water(self) -> int:
         """The lowest offset still to be fed, or the frontier when everything scanned is."""
         starts = [b.runs[0].start for b in self.batches.values()]

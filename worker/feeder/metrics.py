@@ -29,6 +29,17 @@ class FeederMetrics:
             "Requests moved from the pending topic into the requests topic.",
             registry=registry,
         )
+        self._quarantined = Counter(
+            "batchpipe_feeder_quarantined",
+            "Batches the feeder quarantined: a record or slice of theirs raised; their requests "
+            "are answered 4007 naming why.",
+            registry=registry,
+        )
+        self._abandoned = Counter(
+            "batchpipe_feeder_abandoned",
+            "Records of quarantined batches that could not be read back from the pending topic.",
+            registry=registry,
+        )
         self._owner = Gauge(
             "batchpipe_feeder_owner",
             "1 while this worker's feeder holds the pending partition (one per fleet).",
@@ -47,3 +58,7 @@ class FeederMetrics:
 
     def fed(self, count: int) -> None:
         self._fed.inc(count)
+
+    def quarantined(self, batches: int, abandoned: int) -> None:
+        self._quarantined.inc(batches)
+        self._abandoned.inc(abandoned)

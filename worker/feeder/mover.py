@@ -35,10 +35,12 @@ from worker.cancellations import Cancellations, TopicReader
 from worker.config import Config, producer_max_bytes
 from worker.feeder import state
 from worker.feeder.depth import Depth
-from worker.feeder.headers import Charging, scheduled_as
+from worker.feeder.forward import forward
+from worker.feeder.headers import Charging
 from worker.feeder.index import PendingIndex
 from worker.feeder.metrics import FeederMetrics
 from worker.feeder.naming import pending_topic, state_topic
+from worker.feeder.plan import Planner, Step
 from worker.feeder.readahead import ReadAhead
 from worker.feeder.stops import Drain
 from worker.kafka import clients
@@ -55,6 +57,8 @@ class Mover:
         self._scan = scan
         self._metrics = metrics
         self._requests = k.requests_topic
+        self._dead_letters = k.dead_letter_topic
+        self._control = k.control_topic
         self._pending = pending_topic(k.requests_topic)
         self._state = state_topic(k.requests_topic)
         self._producer = clients.producer(
@@ -69,10 +73,12 @@ class Mover:
         scan.assign([start])
         self.index = PendingIndex(state.read_state(k, self._state), start.offset)
         self.fair = FairShare(config.scheduling.quantum)
-        self._charging = Charging.from_config(config)
         self._reader = clients.consumer(k, f"{k.group_id}.feeder-reader")
         self.ahead = ReadAhead(self._reader, self._pending, self.index)
         self.drain = Drain(Cancellations(TopicReader(k)), self.fair, self.index)
+        self.planner = Planner(
+            self.index, self.fair, self.ahead, self.drain, Charging.from_config(config)
+        )
         self._alive_sent, self._alive = 0.0, b""
         self._undelivered = 0  # slice records the broker refused in this step
         self._offsets = clients.consumer(k)  # the worker group's, for its committed offsets
@@ -95,60 +101,43 @@ class Mover:
     def note(self, records: Sequence[Message]) -> None:
         """Index records the group consumer scanned from the pending partition, keeping
         what the read-ahead has room for."""
-        for m in records:
-            offset = m.offset()
-            assert offset is not None
-            to = scheduled_as(m.headers(), m.value(), self._charging)
-            first = to.batch_id not in self.index.batches
-            if self.index.scan(offset, to.batch_id, to.weight):
-                self.ahead.scanned(to.batch_id, m, first)
-                if not self.drain.stopped(to.batch_id):
-                    weight = self.index.batches[to.batch_id].weight
-                    self.fair.add(to.batch_id, 1, weight, to.key, to.tokens)
+        self.planner.note(records)
         self._metrics.active(len(self.fair))
 
     def feed(self) -> int:
         """Move what fair share chooses and the depth allows; returns how many moved."""
-        room = min(self.depth.room(), STEP_MAX)
+        room = self.depth.room()
         self._metrics.depth(self.depth.depth, self.depth.limit)
-        slices = self.drain.slices(self.ahead, STEP_MAX)  # stopped: outside shares and depth
-        shared = 0
-        while room > 0 and (picked := self.fair.next(room)) is not None:
-            batch_id, count = picked
-            slices.append((batch_id, self.ahead.take(batch_id, count)))
-            room, shared = room - count, shared + count
-        if not slices:
+        step = self.planner.plan(room, STEP_MAX)  # stopped batches: outside shares and depth
+        if not step.slices and not step.stops and not step.abandoned:
             if self._alive_due():  # idle or full: serve still sees a feeder
                 self._producer.begin_transaction()
                 self._producer.produce(self._state, key=state.ALIVE_KEY, value=self._alive)
                 self._producer.commit_transaction(TIMEOUT_S)
             return 0
-        self._commit(slices)
-        moved = sum(len(records) for _, records in slices)
-        self.depth.fed(shared)
+        self._commit(step)
+        moved = step.moved
+        self.depth.fed(step.shared)
         self._metrics.fed(moved)
         self._metrics.active(len(self.fair))
+        self._metrics.quarantined(len(step.stops), sum(step.abandoned.values()))
         return moved
 
-    def _commit(self, slices: list[tuple[str, list[Message]]]) -> None:
+    def _commit(self, step: Step) -> None:
         p = self._producer
         p.begin_transaction()
         self._undelivered = 0
-        for _, records in slices:
+        for stop in step.stops:  # workers answer the batch 4007 (worker/feeder/plan.py)
+            p.produce(self._control, key=stop.batch_id.encode(), value=stop.encode())
+        for _, records in step.slices:
             for m in records:
-                p.produce(
-                    self._requests,
-                    value=m.value(),
-                    key=m.key(),
-                    headers=m.headers(),
-                    on_delivery=self._delivered,
-                )
+                forward(p, self._requests, self._dead_letters, m, self._delivered)
         # the slices on the broker before the state that says they were fed (module doc)
         if p.flush(TIMEOUT_S) > 0 or self._undelivered:
             raise KafkaException(
                 KafkaError(KafkaError._MSG_TIMED_OUT, "a slice was not acknowledged")
             )
-        for batch_id in dict.fromkeys(b for b, _ in slices):
+        for batch_id in step.fed:
             p.produce(
                 self._state, key=batch_id.encode(), value=state.encode(self.index.fed_to[batch_id])
             )

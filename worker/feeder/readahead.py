@@ -41,6 +41,14 @@ class FeederError(BatchpipeError, RuntimeError):
     """The mover cannot go on (a slice could not be read back); build a new one."""
 
 
+class PartialRead(FeederError):
+    """A take that failed after ``taken`` were marked fed: the caller moves them."""
+
+    def __init__(self, taken: list[Message], cause: Exception) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.taken = taken
+
+
 class Reader(Protocol):
     """The consumer a refill reads with: assigned by hand, never subscribed."""
 
@@ -80,12 +88,18 @@ class ReadAhead:
 
     def take(self, batch_id: str, count: int) -> list[Message]:
         """The next ``count`` records of ``batch_id`` (fewer when it has fewer), each marked
-        fed in the index."""
+        fed in the index. A refill that fails raises, as :class:`PartialRead` when some
+        records were taken before it."""
         taken: list[Message] = []
         while len(taken) < count and batch_id in self._index.batches:
             kept = self._kept.get(batch_id)
             if not kept:
-                kept = self._kept[batch_id] = self._refill(batch_id)
+                try:
+                    kept = self._kept[batch_id] = self._refill(batch_id)
+                except Exception as exc:
+                    if taken:  # marked fed already: they must still be moved
+                        raise PartialRead(taken, exc) from exc
+                    raise
             m = kept.popleft()
             self._bytes -= _size(m)
             offset = m.offset()
