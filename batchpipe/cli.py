@@ -8,7 +8,7 @@ does. ``submit``, ``status`` and ``collect`` are thin wrappers over
 
 Exit codes: 0 success, 1 a Kafka failure or unknown batch, 2 a bad command line,
 configuration or batch file (nothing was published), 3 the worker's model failed to
-load, 124 ``collect`` timed out, 130 interrupted.
+load, 4 the worker wedged, 124 ``collect`` timed out, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from urllib.parse import quote
 import httpx
 from confluent_kafka import KafkaException
 
-from batchpipe.batchfile import FileLimits
+from batchpipe.batchfile import FileLimits, scan_file
 from batchpipe.client import (
     DEFAULT_COMPLETION_WINDOW_S,
     BatchStatus,
@@ -38,6 +38,7 @@ from batchpipe.client import (
     CollectTimeoutError,
 )
 from batchpipe.progress import make_progress
+from batchpipe.reach import bootstrap_source, check_broker, quiet_clients
 from worker.config import Config, ConfigError, load_config
 from worker.errors import BatchpipeError
 from worker.feeder.naming import check_weight
@@ -80,6 +81,13 @@ def _config_options() -> argparse.ArgumentParser:
         metavar="ADDR",
         help="Kafka bootstrap servers, host:port[,host:port]; "
         "shortcut for --set kafka.bootstrap_servers=ADDR (default: 127.0.0.1:9092)",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show librdkafka's own log on stderr (default: only its errors, one line "
+        "per 30 s at most)",
     )
     return common
 
@@ -124,7 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Kafka-driven streaming batch inference for LLMs: run the broker and "
         "workers, submit OpenAI/Bailian batch files, follow and collect them.",
         epilog="Exit codes: 0 ok, 1 Kafka failure or unknown batch, 2 bad command line, "
-        "configuration or batch file, 3 model failed to load, 124 collect timed out.",
+        "configuration or batch file, 3 model failed to load, 4 worker wedged (an engine "
+        "call hung past engine.engine_timeout_s; restart it), 124 collect timed out, "
+        "130 interrupted.",
         formatter_class=_FORMATTER,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -252,7 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
         "stderr: a bar on a terminal, a line every 10 s otherwise.",
         formatter_class=_FORMATTER,
     )
-    collect.add_argument("--batch-id", metavar="ID", required=True, help="the batch to collect")
+    collect.add_argument("batch_id", metavar="ID", nargs="?", help="the batch to collect")
+    collect.add_argument(
+        "--batch-id", dest="batch_id_option", metavar="ID", help="the same as ID (older spelling)"
+    )
     collect.add_argument(
         "-o",
         "--output",
@@ -456,7 +469,7 @@ def _submit(args: argparse.Namespace) -> int:
         max_line_bytes=args.max_line_bytes,
         one_model=not args.mixed_models,
     )
-    config = load(args)
+    config = load(args)  # its errors before the broker's: nothing would be published
     if args.weight is not None:
         if not config.scheduling.fair:
             raise ConfigError("--weight: applies with scheduling.fair only (a FIFO has no shares)")
@@ -466,21 +479,52 @@ def _submit(args: argparse.Namespace) -> int:
             raise ConfigError(f"--weight: {exc}") from exc
     if args.key and not config.scheduling.fair:
         raise ConfigError("--key: applies with scheduling.fair only (a FIFO has no shares)")
-    client = Client(config, limits=limits)
-    receipt = client.submit_file(args.file, args.batch_id, weight=args.weight, key=args.key)
+    # a bad file or a model without a route is refused before Kafka is asked
+    scan = scan_file(args.file, limits)
+    client = Client(quiet_clients(config, args.verbose), limits=limits)
+    for model in scan.models:
+        client.routing.topic_for(model)
+    _reach(args, client)
+    receipt = client.publish_file(
+        args.file, scan.total, args.batch_id, scan.models, weight=args.weight, key=args.key
+    )
     print(receipt.batch_id, flush=True)
     print(f"submitted {receipt.total} requests from {args.file}", file=sys.stderr)
     return EXIT_OK
 
 
+def _batch_id(args: argparse.Namespace) -> str:
+    """The batch id, positional as for status and retry, or as --batch-id."""
+    given: set[str] = {i for i in (args.batch_id, args.batch_id_option) if i is not None}
+    if len(given) != 1:
+        why = "is required" if not given else f"given twice, differently ({', '.join(given)})"
+        raise ConfigError(f"the batch id {why}: batchpipe {args.command} ID")
+    return given.pop()
+
+
+def _client(args: argparse.Namespace, **kwargs: Any) -> Client:
+    """A :class:`Client` of the command's configuration, once the broker answered."""
+    client = Client(quiet_clients(load(args), args.verbose), **kwargs)
+    _reach(args, client)
+    return client
+
+
+def _reach(args: argparse.Namespace, client: Client) -> None:
+    """One line naming the address and its source when no broker answers there."""
+    source = bootstrap_source(
+        shortcut=args.bootstrap, sets=args.set, environ=os.environ, config_file=args.config
+    )
+    check_broker(client.config.kafka, source)
+
+
 def _collect(args: argparse.Namespace) -> int:
-    batch_id: str = args.batch_id
+    batch_id = _batch_id(args)
     output: str | TextIO = args.output or f"{batch_id}.output.jsonl"
     errors: str = args.errors or f"{batch_id}.errors.jsonl"
     if output == "-":
         output = sys.stdout
     progress = make_progress(sys.stderr, batch_id, quiet=args.quiet)
-    status = Client(load(args)).collect(
+    status = _client(args).collect(
         batch_id, output, errors, args.timeout, since=args.since, progress=progress
     )
     if not args.quiet:
@@ -507,7 +551,7 @@ def format_status(status: BatchStatus, price_per_1k: float | None) -> str:
 
 
 def _status(args: argparse.Namespace) -> int:
-    status = Client(load(args)).status(
+    status = _client(args).status(
         args.batch_id,
         since=args.since,
         completion_window_s=args.completion_window,

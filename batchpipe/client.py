@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from batchpipe.batchfile import (
     DEFAULT_LIMITS,
@@ -178,15 +178,15 @@ class Client:
         self,
         path: str | os.PathLike[str],
         total: int,
-        batch_id: str,
+        batch_id: str | None,
         models: Collection[str],
         *,
         weight: float | None = None,
         key: str = "",
     ) -> SubmitReceipt:
         """Publish a file that :func:`~batchpipe.batchfile.scan_file` already accepted
-        (the API server validates each file once, at upload), naming ``models``; see
-        :meth:`submit`.
+        (the API server validates each file once, at upload, and the CLI before it asks
+        the broker), naming ``models``; ``batch_id`` None makes a new one; see :meth:`submit`.
 
         Publishing again with the same ``batch_id`` fences an earlier publisher of it and
         duplicates nothing that readers count: results are kept once per ``custom_id``.
@@ -294,8 +294,12 @@ class Client:
         Completions go to ``output``, failures to ``errors`` (paths are truncated first;
         open text streams are written as they are), one line per ``custom_id``.
         ``progress`` is told ``(answered, total)`` after each new result and closed at
-        the end. Raises :class:`CollectTimeoutError` (files hold what arrived) on timeout.
+        the end. Raises :class:`CollectTimeoutError` (files hold what arrived) on timeout,
+        :class:`BatchNotFoundError` at once (no file written) when neither a request nor a
+        result of the batch is on its topics: a mistyped id would otherwise be waited on
+        for ever.
         """
+        self._require(batch_id, since)
         tally = BatchTally(batch_id)
         progress = progress or Progress()
         with contextlib.ExitStack() as stack:
@@ -328,25 +332,15 @@ class Client:
         result exists yet, the batch size and submit time come from its first request.
         Raises :class:`BatchNotFoundError` when neither topic holds anything of it.
         """
-        kafka = self.config.kafka
         since = since if since is not None else batch_time(batch_id)
         tally = BatchTally(batch_id)
-        consumer, partitions = open_reader(kafka, kafka.results_topic, since)
-        try:
-            for _ in batch_results(
-                consumer, partitions, tally, self._codec_limits, until_end=True, deadline=None
-            ):
-                pass
-        finally:
-            consumer.close()
+        for _ in self._answered(tally, since):
+            pass
         submitted_at = since
         if tally.total == 0 or submitted_at is None:
             first = self._first_request(batch_id, since)
             if first is None and tally.answered == 0:
-                raise BatchNotFoundError(
-                    f"no request or result of batch {batch_id!r} on "
-                    f"{' / '.join(self.routing.topics)} / {kafka.results_topic}"
-                )
+                raise self._not_found(batch_id)
             if first is not None:
                 tally.total = max(tally.total, first.batch_total)
                 submitted_at = first.submitted_at
@@ -357,20 +351,57 @@ class Client:
             price_per_1k=price_per_1k,
         )
 
+    def _require(self, batch_id: str, since: float | None) -> None:
+        """Raise :class:`BatchNotFoundError` unless a request or a result of the batch is
+        on its topics (a request first: the first one found ends the search)."""
+        since = since if since is not None else batch_time(batch_id)
+        if self._first_request(batch_id, since) is not None:
+            return
+        for _ in self._answered(BatchTally(batch_id), since):
+            return
+        raise self._not_found(batch_id)
+
+    def _answered(self, tally: BatchTally, since: float | None) -> Iterator[InferenceResult]:
+        """The batch's answers on the results topic, read to its end (none without it)."""
+        reader = self._reader(self.config.kafka.results_topic, since)
+        if reader is None:
+            return
+        consumer, partitions = reader
+        try:
+            yield from batch_results(
+                consumer, partitions, tally, self._codec_limits, until_end=True, deadline=None
+            )
+        finally:
+            consumer.close()
+
+    def _reader(self, topic: str, since: float | None) -> tuple[Consumer, int] | None:
+        """:func:`~batchpipe.collect.open_reader` of ``topic``; None when there is no such
+        topic."""
+        try:
+            return open_reader(self.config.kafka, topic, since)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return None
+            raise
+
+    def _not_found(self, batch_id: str) -> BatchNotFoundError:
+        kafka = self.config.kafka
+        return BatchNotFoundError(
+            f"no request or result of batch {batch_id!r} on "
+            f"{' / '.join(self.routing.topics)} / {kafka.results_topic}: is the id right?"
+        )
+
     def _first_request(self, batch_id: str, since: float | None) -> InferenceRequest | None:
         """The first request of the batch on a requests topic it may be routed to, None if
         there is none."""
-        kafka = self.config.kafka
         # not fed yet: still on the pending topic (§10) — looked at whatever this client's
         # own scheduling.fair says, since its publisher may have had the other setting
         topics = [*self.routing.topics, *(pending_topic(t) for t in self.routing.topics)]
         for topic in topics:
-            try:
-                consumer, partitions = open_reader(kafka, topic, since)
-            except KafkaException as exc:
-                if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    continue  # a route nothing was ever published to
-                raise
+            reader = self._reader(topic, since)
+            if reader is None:
+                continue  # a route nothing was ever published to
+            consumer, partitions = reader
             try:
                 for msg in records(consumer, partitions, until_end=True, deadline=None):
                     try:

@@ -22,10 +22,10 @@ import jsonschema
 import yaml
 
 from worker.engines.models import known_task
+from worker.envconfig import env_settings, origin_of
 from worker.errors import BatchpipeError
 from worker.routing import reserved_topics, route_problems
 
-ENV_PREFIX = "BATCHPIPE_"
 #: API keys for ``batchpipe serve`` (comma-separated): secrets, never configuration,
 #: so they never appear in a merged or printed configuration
 API_KEYS_ENV = "BATCHPIPE_API_KEYS"
@@ -515,20 +515,20 @@ def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
-    doc: dict[str, Any] = {}
-    for name, raw in sorted(environ.items()):
-        if not name.startswith(ENV_PREFIX) or name == API_KEYS_ENV:
-            continue
-        path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
-        value: Any = _parse_scalar(raw)
-        # kafka.client keys are librdkafka names ("security.protocol"): env uses "_" for ".";
-        # their values stay strings, as librdkafka takes them (a password "123456" is text)
-        if len(path) == 3 and path[:2] == ["kafka", "client"]:
-            path[2] = path[2].replace("_", ".")
-            value = raw
-        _assign(doc, path, value, f"environment {name}")
-    return doc
+def _schema_error(
+    error: jsonschema.ValidationError,
+    origins: Mapping[tuple[str, ...], str],
+    sets: Mapping[str, Any],
+) -> str:
+    """``path: why``, naming the environment variable the value came from (unless a
+    ``--set`` overrode it)."""
+    path = tuple(map(str, error.absolute_path))
+    line = f"{'.'.join(path) or '<root>'}: {error.message}"
+    node: Any = sets
+    for part in path:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    variable = origin_of(path, origins) if node is None else None
+    return line if variable is None else f"{line} (from environment {variable})"
 
 
 def _from_sets(sets: Iterable[str]) -> dict[str, Any]:
@@ -590,16 +590,22 @@ def load_config(
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {file} must hold a mapping at the top level")
         doc = _merge(doc, loaded)
-    doc = _merge(doc, _from_env(os.environ if environ is None else environ))
-    doc = _merge(doc, _from_sets(sets))
+    schema = _schema()
+    env = env_settings(
+        os.environ if environ is None else environ, schema, _parse_scalar, frozenset({API_KEYS_ENV})
+    )
+    if env.problems:
+        raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in env.problems))
+    sets_doc = _from_sets(sets)
+    doc = _merge(_merge(doc, env.doc), sets_doc)
     doc = _merge(doc, {"kafka": {"routes": dict(routes)}})
-    validator = jsonschema.Draft202012Validator(_schema())
+    validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
-        lines = [
-            f"  {'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors
-        ]
-        raise ConfigError("invalid configuration:\n" + "\n".join(lines))
+        raise ConfigError(
+            "invalid configuration:\n"
+            + "\n".join(f"  {_schema_error(e, env.origins, sets_doc)}" for e in errors)
+        )
     config: Config = _build(Config, doc)
     problems = _inconsistencies(config)
     if problems:

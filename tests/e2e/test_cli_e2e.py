@@ -6,75 +6,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from openai.types.chat.chat_completion import Choice as ChatChoice
 
-from tests import ROOT
+from tests.e2e.cli import BATCHPIPE, EXAMPLES, ROOT, echo_examples, run, write_config
 from tests.openai_sdk import ChatCompletion, Completion, sdk_line
 from worker.wire.batchline import parse_line
 
 pytestmark = pytest.mark.e2e
-
-EXAMPLES = ROOT / "examples" / "requests.jsonl"
-BATCHPIPE = [sys.executable, "-m", "batchpipe.cli"]
-
-
-def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*BATCHPIPE, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
-    )
-
-
-@pytest.fixture(scope="module")
-def broker() -> Iterator[str]:
-    """``batchpipe broker`` in its own process; its first stdout line is the address."""
-    if os.environ.get("KAFKA_BOOTSTRAP"):
-        yield os.environ["KAFKA_BOOTSTRAP"]
-        return
-    process = subprocess.Popen(
-        [*BATCHPIPE, "broker", "--port", "0"], stdout=subprocess.PIPE, text=True, cwd=ROOT
-    )
-    assert process.stdout is not None
-    address = process.stdout.readline().strip()
-    assert address.startswith("127.0.0.1:"), address
-    yield address
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(20) == 0
-
-
-def write_config(tmp_path: Path, bootstrap: str, engine: dict[str, str]) -> Path:
-    suffix = uuid.uuid4().hex[:8]
-    config = {
-        "kafka": {
-            "bootstrap_servers": bootstrap,
-            "group_id": f"e2e-{suffix}",
-            "requests_topic": f"e2e-requests-{suffix}",
-            "results_topic": f"e2e-results-{suffix}",
-            "dead_letter_topic": f"e2e-dead-{suffix}",
-            "partitions": 3,
-        },
-        "engine": engine,
-        "metrics": {"host": "127.0.0.1", "port": 0},
-    }
-    path = tmp_path / "worker.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def echo_examples(tmp_path: Path) -> Path:
-    """The example batch addressed to the echo engine (the worker's model, by omission)."""
-    rows = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()]
-    for row in rows:
-        row["body"].pop("model")
-    path = tmp_path / "echo-requests.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
 
 
 def submit_and_collect(

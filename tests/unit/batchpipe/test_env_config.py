@@ -1,0 +1,59 @@
+"""Configuration from the environment (worker/envconfig.py, through load_config)."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.config import ConfigError, load_config
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["BATCHPIPE_REMOTE_API_KEY", "BATCHPIPE_CHAOS_REPORT", "BATCHPIPE_WEBHOOK_SECRET"],
+)
+def test_variables_that_are_not_settings_are_left_alone(name: str) -> None:
+    assert load_config(environ={name: "x"}) == load_config(environ={})
+
+
+def test_a_nested_setting_and_a_librdkafka_key() -> None:
+    config = load_config(
+        environ={
+            "BATCHPIPE_KAFKA__BOOTSTRAP_SERVERS": "kafka:9092",
+            "BATCHPIPE_KAFKA__CLIENT__SECURITY_PROTOCOL": "SSL",
+            "BATCHPIPE_ENGINE__REMOTE__MAX_RETRIES": "2",
+            "BATCHPIPE_ENGINE__KIND": "openai",
+            "BATCHPIPE_ENGINE__REMOTE__BASE_URL": "http://vllm:8000/v1",
+        }
+    )
+    assert config.kafka.bootstrap_servers == "kafka:9092"
+    assert config.kafka.client == {"security.protocol": "SSL"}
+    assert config.engine.remote.max_retries == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("BATCHPIPE_KAFKA_BOOTSTRAP_SERVERS", ["did you mean BATCHPIPE_KAFKA__BOOTSTRAP_SERVERS"]),
+        ("BATCHPIPE_ENGINE_REMOTE_BASE_URL", ["BATCHPIPE_ENGINE__REMOTE__BASE_URL"]),
+        ("BATCHPIPE_KAFKA__GROUPID", ["kafka has no setting 'groupid'", "group_id"]),
+        ("BATCHPIPE_NOPE__X", ["no setting 'nope'"]),
+    ],
+)
+def test_a_misspelt_setting_names_its_variable_and_the_spelling_meant(
+    name: str, words: list[str]
+) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(environ={name: "1"})
+    assert name in str(exc.value)
+    for word in words:
+        assert word in str(exc.value)
+
+
+def test_a_refused_value_names_its_variable_unless_set_overrode_it() -> None:
+    with pytest.raises(ConfigError, match="from environment BATCHPIPE_BATCHING__TIMEOUT_MS"):
+        load_config(environ={"BATCHPIPE_BATCHING__TIMEOUT_MS": "soon"})
+    with pytest.raises(ConfigError) as exc:
+        load_config(
+            None, ["batching.timeout_ms=later"], environ={"BATCHPIPE_BATCHING__TIMEOUT_MS": "x"}
+        )
+    assert "environment" not in str(exc.value)
