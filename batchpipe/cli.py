@@ -367,15 +367,18 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="embedded broker + worker + an example batch, end to end",
         description="Start a broker and a worker in this process, submit a batch file, "
-        "collect and print its results.",
+        "collect and print its results; exit 1 when any line failed. With the echo engine "
+        "(--set engine.kind=echo: no model, the prompt echoed back) the batch is addressed "
+        "to its model name, echo.",
         formatter_class=_FORMATTER,
     )
     demo.add_argument(
         "--requests",
         metavar="FILE",
         type=Path,
-        default=Path("examples/requests.jsonl"),
-        help="batch file to run (default: examples/requests.jsonl)",
+        default=None,
+        help="batch file to run (default: the example batch shipped in the package, "
+        "examples/requests.jsonl in the repository)",
     )
     demo.add_argument(
         "--out-dir",
@@ -581,7 +584,14 @@ def _retry_answer(url: str, batch_id: str, key: str | None) -> dict[str, Any] | 
     if answer.status_code != 200:
         error = doc.get("error") if isinstance(doc, dict) else None
         message = error.get("message") if isinstance(error, dict) else None
-        _report(f"{answer.status_code}: {message or answer.reason_phrase or 'refused'}")
+        hint = ""
+        if answer.status_code == 401:
+            hint = (
+                " (no key was sent: pass --api-key KEY or set OPENAI_API_KEY)"
+                if not key
+                else " (the key given by --api-key or OPENAI_API_KEY was refused)"
+            )
+        _report(f"{answer.status_code}: {message or answer.reason_phrase or 'refused'}{hint}")
         return None
     if not isinstance(doc, dict) or doc.get("object") != "batchpipe.retry":
         _report(f"{url} answered 200 with something other than a retry: is it batchpipe serve?")

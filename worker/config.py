@@ -176,7 +176,7 @@ class ApiConfig:
     # one API key per line (``owner: key`` or a bare key); BATCHPIPE_API_KEYS adds more
     keys_file: str = ""
     store: Literal["local", "s3"] = "local"
-    store_dir: str = "batchpipe-files"  # store: local
+    store_dir: str = "~/.local/share/batchpipe/files"  # store: local (never the cwd)
     s3_bucket: str = ""  # store: s3 (credentials from boto3's usual sources)
     s3_prefix: str = "batchpipe/"
     s3_endpoint_url: str = ""  # empty: AWS; else any S3-compatible server

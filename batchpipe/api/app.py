@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from types import FrameType
 
 import uvicorn
 from confluent_kafka import KafkaException
@@ -259,7 +261,21 @@ def serve(config: Config, keys: Keys) -> int:
         config.api.port,
         "off" if keys.open else "on",
     )
-    uvicorn.Server(
+    server = uvicorn.Server(
         uvicorn.Config(create_app(config, keys), host=config.api.host, port=config.api.port)
-    ).run()
+    )
+    # uvicorn shuts down cleanly on SIGTERM, then raises the signal again against the
+    # handler it found, which killed the process (exit 143); a clean shutdown exits 0, as
+    # the worker does. SIGINT keeps its default (KeyboardInterrupt: exit 130).
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _stopped) if main else None
+    try:
+        server.run()
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM after uvicorn's own shutdown: nothing left to do."""

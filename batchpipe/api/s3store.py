@@ -26,7 +26,7 @@ from worker.config import ApiConfig
 
 class S3Store(FileStore):
     def __init__(self, api: ApiConfig) -> None:
-        super().__init__(Path(api.store_dir) / "staging")
+        super().__init__(Path(api.store_dir).expanduser() / "staging")
         self._bucket = api.s3_bucket
         self._prefix = api.s3_prefix
         self._s3: Any = boto3.client(

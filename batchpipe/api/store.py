@@ -114,4 +114,4 @@ def open_store(api: ApiConfig) -> FileStore:
         from batchpipe.api.s3store import S3Store
 
         return S3Store(api)
-    return LocalStore(Path(api.store_dir))
+    return LocalStore(Path(api.store_dir).expanduser())

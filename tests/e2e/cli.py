@@ -7,8 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,16 @@ import yaml
 
 from tests import ROOT
 
-__all__ = ["BATCHPIPE", "EXAMPLES", "ROOT", "echo_examples", "run", "worker", "write_config"]
+__all__ = [
+    "BATCHPIPE",
+    "EXAMPLES",
+    "ROOT",
+    "echo_examples",
+    "run",
+    "wait_until",
+    "worker",
+    "write_config",
+]
 
 EXAMPLES = ROOT / "examples" / "requests.jsonl"
 BATCHPIPE = [sys.executable, "-m", "batchpipe.cli"]
@@ -79,6 +89,14 @@ def echo_examples(tmp_path: Path) -> Path:
     path = tmp_path / "echo-requests.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
+
+
+def wait_until(done: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Ask ``done()`` every 0.2 s until it is true; fail after ``timeout_s`` naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"not within {timeout_s:g} s: {what}"
+        time.sleep(0.2)
 
 
 @contextmanager

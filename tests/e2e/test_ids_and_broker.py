@@ -4,22 +4,14 @@ passed alike to every command, each as a user types them."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.cli import clean_env, echo_examples, run, worker, write_config
+from tests.integration.fleet import free_port
 
 pytestmark = pytest.mark.e2e
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound, then closed)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ from typing import Any
 
 from prometheus_client.exposition import choose_encoder
 
-from worker.config import MetricsConfig
+from worker.config import ConfigError, MetricsConfig
 from worker.obs.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,17 @@ class MetricsServer:
             "_BoundHandler", (_Handler,), {"metrics": self._metrics, "health": self._health}
         )
         server_cls = _IPv6Server if ":" in self._config.host else ThreadingHTTPServer
-        self._server = server_cls((self._config.host, self._config.port), handler)
+        host, port = self._config.host, self._config.port
+        try:
+            self._server = server_cls((host, port), handler)
+        except OSError as exc:
+            # a second worker on one host meets the first one's port: say which, and how out
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            raise ConfigError(
+                f"metrics.port: cannot listen on {where} for /metrics, /healthz and /readyz: "
+                f"{exc.strerror or exc} (another worker on this host?); --set metrics.port=0 "
+                "picks a free port (the worker logs it), or choose another port"
+            ) from exc
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.1},  # how quickly stop() returns
