@@ -74,6 +74,12 @@ class OffsetTracker:
             if state is not None:
                 state.committed = max(state.committed, offset)
 
+    def position(self, partition: Partition) -> int | None:
+        """Where ``partition`` could be committed now (its lowest unanswered offset, or one
+        past the last one added); None for a partition not tracked."""
+        state = self._parts.get(partition)
+        return state.position() if state else None
+
     def committed(self, partition: Partition) -> int | None:
         """The last offset committed for ``partition`` (at first, the first offset seen:
         the broker's position was at most that); None for a partition not tracked."""

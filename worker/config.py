@@ -50,6 +50,10 @@ class KafkaConfig:
     replication_factor: int = 1
     delivery: Literal["exactly_once", "at_least_once"] = "exactly_once"
     commit_interval_ms: int = 100
+    # exactly_once: answers waiting for their commit (held until their partition's offset
+    # passes them, docs/architecture.md §2); admission pauses at either bound
+    max_buffered_answers: int = 4096
+    max_buffered_bytes: int = 64 * 1024 * 1024
     client: Mapping[str, Any] = field(default_factory=dict)  # raw librdkafka settings
     # publishers (submit, Client, serve): model -> its requests topic (worker/routing.py);
     # empty: every request goes to requests_topic
@@ -268,7 +272,12 @@ def _plain(value: Any) -> Any:  # MappingProxy/dict → plain dicts, for YAML, J
 
 
 TRANSACTION_TIMEOUT_MS = 60_000
-"""librdkafka's default ``transaction.timeout.ms``, used unless ``kafka.client`` sets one."""
+"""The transactional producer's ``transaction.timeout.ms`` (librdkafka's default, set
+explicitly by ``worker/kafka/clients.py``) unless ``kafka.client`` sets one."""
+
+#: the assignors whose rebalances are eager (every partition revoked, then assigned afresh),
+#: the only kind the worker's design carries (docs/architecture.md §2 "Rebalances")
+EAGER_ASSIGNORS = frozenset({"range", "roundrobin"})
 
 #: librdkafka settings that batchpipe sets itself, and why another value breaks the worker.
 _OWNED_CLIENT_SETTINGS: Mapping[str, str] = {
@@ -301,6 +310,31 @@ def _transaction_timeout_ms(client: Mapping[str, Any]) -> int | None:
     return _client_int(client, "transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
 
 
+def _group_problems(client: Mapping[str, Any]) -> list[str]:
+    """Group settings of ``kafka.client`` the worker cannot carry: an assignor whose
+    rebalances are not eager, or the KIP-848 group protocol (incremental as well)."""
+    found = []
+    strategy = client.get("partition.assignment.strategy")
+    if strategy is not None:
+        names = {n.strip() for n in str(strategy).split(",") if n.strip()}
+        if not names or not names <= EAGER_ASSIGNORS:
+            found.append(
+                f"kafka.client.partition.assignment.strategy: {strategy!r} is not supported; "
+                f"only eager assignors ({', '.join(sorted(EAGER_ASSIGNORS))}) are: a worker's "
+                "transactional.id is its lowest partition in a generation, and a cooperative "
+                "rebalance that keeps some partitions would leave it on an id that another "
+                "worker then claims, fencing it"
+            )
+    protocol = client.get("group.protocol")
+    if protocol is not None and str(protocol).strip().lower() != "classic":
+        found.append(
+            f"kafka.client.group.protocol: {protocol!r} is not supported, only 'classic': the "
+            "consumer protocol of KIP-848 rebalances incrementally (see "
+            "kafka.client.partition.assignment.strategy)"
+        )
+    return found
+
+
 def producer_max_bytes(kafka: KafkaConfig, limits: LimitsConfig) -> int:
     """The producers' ``message.max.bytes``: ``kafka.client``'s when set, else enough for a
     record of ``limits.max_message_bytes`` plus :data:`RECORD_HEADROOM_BYTES`.
@@ -319,6 +353,7 @@ def _inconsistencies(config: Config) -> list[str]:
     for key, why in _OWNED_CLIENT_SETTINGS.items():
         if key in k.client:
             found.append(f"kafka.client.{key}: set by batchpipe, not configurable: {why}")
+    found.extend(_group_problems(k.client))
     timeout_ms = _transaction_timeout_ms(k.client)
     if timeout_ms is None:
         found.append(

@@ -168,7 +168,9 @@ class Outbox:
         source: Source,
         answered: OnAnswered,
     ) -> None:
-        self._publisher.send(topic, key, value, headers, (source.topic, source.partition), answered)
+        self._publisher.send(
+            topic, key, value, headers, (source.topic, source.partition), answered, source.offset
+        )
 
 
 def _over(exc: MessageTooLarge) -> str:

@@ -43,6 +43,7 @@ from worker.intake import DeadLetter, Intake, Outcome
 from worker.jobs import Identity, Job, Source
 from worker.kafka.consumer import KafkaConsumer, Record, resume_points
 from worker.kafka.factory import ConfluentClients, KafkaClients
+from worker.kafka.failures import GenerationLost
 from worker.kafka.publisher import FatalKafkaError, Publisher, TransactionAborted, rewind
 from worker.ledger import Ledger
 from worker.obs.health import Health, MetricsServer
@@ -193,12 +194,7 @@ class Worker:
                 self.batcher, self.outbox, self.metrics, self.health, self.identity, self.config
             ),
         )
-        self._consumer.subscribe(
-            [k.requests_topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
+        self._subscribe()
         self.health.set_consumer_ok(True, "waiting for assignment")
         log.info(
             "worker %s serving %r from %s (delivery %s)",
@@ -206,6 +202,15 @@ class Worker:
             self.engine.model_name,
             k.requests_topic,
             k.delivery,
+        )
+
+    def _subscribe(self) -> None:
+        assert self._consumer is not None
+        self._consumer.subscribe(
+            [self.config.kafka.requests_topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
         )
 
     def _loop(self) -> int:
@@ -257,16 +262,16 @@ class Worker:
             try:
                 if self._publisher is not None:
                     self._publisher.commit()
-            except (TransactionAborted, FatalKafkaError) as exc:
+            except (TransactionAborted, FatalKafkaError, GenerationLost) as exc:
                 log.warning("final commit failed: %s", exc)
             try:
                 self._consumer.close()  # leaves the group now, not after session.timeout.ms
-            except (TransactionAborted, FatalKafkaError) as exc:
+            except (TransactionAborted, FatalKafkaError, GenerationLost) as exc:
                 log.warning("commit on leaving the group failed: %s", exc)
         if self._publisher is not None:
             try:
                 self._publisher.close()
-            except (TransactionAborted, FatalKafkaError) as exc:
+            except (TransactionAborted, FatalKafkaError, GenerationLost) as exc:
                 log.warning("closing the publisher failed: %s", exc)
         if self._stops is not None:
             self._stops.close()
@@ -285,7 +290,7 @@ class Worker:
         never dropped (:mod:`worker.held`).
         """
         assert self._consumer is not None
-        room = 0 if draining else min(self.admission.room, _MAX_POLL_BATCH)
+        room = 0 if draining or not self._has_room() else min(self.admission.room, _MAX_POLL_BATCH)
         records = self._held.take(room)
         room -= len(records)
         if records or self.engine_stage.busy:
@@ -371,6 +376,8 @@ class Worker:
         except TransactionAborted as exc:
             log.warning("%s; consuming those records again", exc)
             self._rewind(exc.partitions)
+        except GenerationLost as exc:
+            self._rejoin(exc)
         else:
             self.metrics.set_inflight(len(self.ledger))
 
@@ -402,7 +409,7 @@ class Worker:
         """
         if draining:
             return
-        if self.admission.has_room():
+        if self._has_room():
             self._full_since = None
         elif self._full_since is None:
             self._full_since = now
@@ -418,7 +425,11 @@ class Worker:
         log.info("assigned %s", _names(partitions))
         assert self._publisher is not None
         assigned = [(tp.topic, tp.partition) for tp in partitions]
-        self._publisher.assign(assigned)
+        try:
+            self._publisher.assign(assigned)
+        except GenerationLost as exc:  # committing under the old id: that generation is over
+            log.warning("the last commit before this assignment was refused (%s)", exc)
+            self._publisher.assign(assigned)  # a new producer, for this generation
         self.lag.gained(assigned)
         try:
             # a partition the group never committed starts at FROM_START, not where the
@@ -440,6 +451,8 @@ class Worker:
             self._publisher.revoke(revoked)  # hand over what is answered
         except TransactionAborted:
             log.warning("commit on revoke aborted; the new owner answers those requests again")
+        except GenerationLost as exc:  # the group is rebalancing: it assigns anew anyway
+            log.warning("commit on revoke refused, generation lost (%s); dropped", exc)
         self.lag.released(revoked)
         self._drop(revoked)
 
@@ -464,6 +477,28 @@ class Worker:
         self.outbox.forget(partitions)
         for partition in partitions:  # read again from the committed offset, or not here
             self._read_to.pop(partition, None)
+
+    def _rejoin(self, cause: GenerationLost) -> None:
+        """This worker's generation of the group is over (fenced, or its commit refused by
+        generation): the publisher has dropped its producer and every answer it held. Forget
+        every partition and, unless the consumer lost them already (it then rejoins by
+        itself), leave the group and join again. The engine and its model stay loaded; the
+        next assignment builds a new producer (docs/architecture.md §2)."""
+        assert self._consumer is not None
+        self.metrics.rebalance("lost")
+        owned = [(tp.topic, tp.partition) for tp in self._consumer.assignment()]
+        log.warning("generation lost (%s): rejoining the group without %s", cause, owned)
+        self.lag.released(owned)
+        self._drop(owned)
+        if owned:
+            self._consumer.unsubscribe()
+            self._subscribe()
+
+    def _has_room(self) -> bool:
+        """Room for a new record: a free ``prefetch_count`` slot, and answers waiting for
+        their commit below their bounds (``kafka.max_buffered_*``)."""
+        assert self._publisher is not None
+        return self.admission.has_room() and not self._publisher.full()
 
     def _unanswered(self, partition: Partition) -> int:
         """Records of ``partition`` read and not answered yet: in flight or held."""

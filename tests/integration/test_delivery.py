@@ -1,5 +1,6 @@
 """The transactional path on a real broker: commit moves offsets, abort does not, a zombie
-is fenced; and engine faults: split-and-retry, out of memory, a hung engine, a bad model."""
+is fenced (a lost generation, not an exit); and engine faults: split-and-retry, out of
+memory, a hung engine, a bad model."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from worker.config import Config
 from worker.engines.base import EngineInput, EngineOutOfMemory, OnComplete
 from worker.engines.echo import EchoEngine
 from worker.kafka import clients
-from worker.kafka.publisher import FatalKafkaError
+from worker.kafka.publisher import GenerationLost
 from worker.kafka.transactions import TransactionalPublisher
 from worker.service import EXIT_WEDGED, Worker
 from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
@@ -119,7 +120,7 @@ def test_the_next_owner_of_a_partition_fences_the_previous_one(kafka_config: Con
     successor.assign([origin])  # same partition, same transactional.id: the zombie is fenced
     successor.send(results, "k", b"new", [], origin, lambda: None)
     successor.commit()
-    with pytest.raises(FatalKafkaError):
+    with pytest.raises(GenerationLost):
         zombie.send(results, "k", b"late", [], origin, lambda: None)
         zombie.commit()
     consumer.close()

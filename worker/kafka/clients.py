@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
-from worker.config import KafkaConfig, LimitsConfig, producer_max_bytes
+from worker.config import TRANSACTION_TIMEOUT_MS, KafkaConfig, LimitsConfig, producer_max_bytes
 from worker.kafka.produce import BATCH_FRAMING_BYTES, RecordLimit, record_limit
 
 #: Group membership settings. With librdkafka's defaults a group join takes ~23 s on
@@ -39,14 +39,17 @@ FETCH_WAIT_MS = 25
 
 #: A transactional producer's settings (docs/architecture.md §2 "Offsets and exactly-once").
 #: ``transaction.timeout.ms``: how long Apache Kafka lets a transaction stay open before it
-#: aborts it; a transaction here lasts one commit (milliseconds), and a dead worker's is
-#: aborted by the next owner of its partitions at once, so this bounds only how long readers
-#: wait when the whole group is gone (Kafka Streams' value). ``retry.backoff.ms``: the next
+#: aborts it and fences its producer. A dead worker's transaction is aborted by the next
+#: owner of its partitions at once, so this bounds only how long readers wait when the whole
+#: group is gone; a commit flushes its records inside the transaction, so a leader election
+#: or a slow broker can hold one open for seconds, and 60 s (librdkafka's default, the one
+#: the configuration check assumes; ``kafka.client`` may change it) leaves room for that
+#: where 10 s did not (issue 40). ``retry.backoff.ms``: the next
 #: transaction's AddPartitionsToTxn can meet CONCURRENT_TRANSACTIONS while the last one's
 #: markers are written; librdkafka waits this long before it asks again (100 ms by default,
 #: confluent-kafka-python #967), which back-to-back transactions would pay every time.
 TRANSACTIONAL_SETTINGS: Mapping[str, Any] = {
-    "transaction.timeout.ms": 10_000,
+    "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
     "retry.backoff.ms": 10,
 }
 
@@ -76,7 +79,9 @@ def consumer(
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed" if read_committed else "read_uncommitted",
         # eager rebalancing: every rebalance revokes everything, then assigns afresh, which
-        # keeps the worker's revoke handling to one simple path (drop + commit)
+        # keeps the worker's revoke handling to one simple path (drop + commit) and its
+        # transactional.id unique in a generation; the configuration check refuses a
+        # kafka.client assignor that is not eager (worker/config.py EAGER_ASSIGNORS)
         "partition.assignment.strategy": "roundrobin",
         "fetch.wait.max.ms": FETCH_WAIT_MS,
     }

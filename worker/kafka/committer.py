@@ -11,8 +11,13 @@ A transaction that must be aborted is aborted and done again — its records pro
 nothing lost, the aborted copies invisible to read_committed readers — up to
 :data:`REPLAYS` times; then the outcome is :class:`TransactionAborted` for the partitions
 whose answers it held, which the loop consumes again. Retriable errors are retried in
-:func:`~worker.kafka.failures.call`; a fatal error or a fenced producer is
-:class:`FatalKafkaError`.
+:func:`~worker.kafka.failures.call`. A fenced producer or a refused group generation is
+:class:`GenerationLost` (the transaction is aborted where the producer still can, and the
+producer is dropped); a fatal error is :class:`FatalKafkaError`.
+
+Records are produced without a delivery callback: inside a transaction a failed delivery
+surfaces again, and decides the transaction's fate, at ``commit_transaction``; their sizes
+were checked once, when they were answered (:meth:`TransactionalPublisher.send`).
 """
 
 from __future__ import annotations
@@ -23,18 +28,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import TopicPartition
 
 from batcher import Partition
 from worker.kafka.failures import (
     Abortable,
     FatalKafkaError,
-    MessageTooLarge,
+    GenerationLost,
     TransactionAborted,
     call,
     produce_checked,
 )
-from worker.kafka.produce import KafkaProducer, RecordLimits
+from worker.kafka.produce import KafkaProducer
 from worker.kafka.publisher import TIMEOUT_S, Outgoing
 from worker.obs.metrics import TxOutcome
 
@@ -61,12 +66,10 @@ class Committer:
         self,
         producer: KafkaProducer,
         transactional_id: str,
-        limits: RecordLimits,
         on_outcome: Callable[[TxOutcome], None],
     ) -> None:
         self.transactional_id = transactional_id
         self._producer = producer
-        self._limits = limits
         self._on_outcome = on_outcome
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="committer")
         self._inflight: Future[None] | None = None
@@ -111,26 +114,31 @@ class Committer:
                 log.warning("aborting a transaction of %s: %s", self.transactional_id, reason)
                 self._on_outcome("abort")
                 call(self._producer.abort_transaction, TIMEOUT_S)
+            except GenerationLost:
+                self._on_outcome("abort")
+                self._abort_quietly()
+                raise
         raise TransactionAborted(handover.origins, f"{reason} ({REPLAYS} replays failed too)")
 
     def _once(self, handover: Handover) -> None:
         p = self._producer
         call(p.begin_transaction)
         for r in handover.records:
-            try:
-                produce_checked(
-                    p, self._limits(r.topic), r.topic, r.key, r.value, r.headers, _log_error
-                )
-            except MessageTooLarge as exc:  # checked with room to spare before the handover
-                raise FatalKafkaError(f"librdkafka refused a record it should take: {exc}") from exc
+            produce_checked(p, None, r.topic, r.key, r.value, r.headers)
+        # every transaction of the worker sends offsets (the handover re-sends the committed
+        # ones when nothing moved): the broker checks the group generation there (KIP-447),
+        # so a worker whose generation is over cannot commit
         if handover.offsets:
             offsets = list(handover.offsets)
             call(p.send_offsets_to_transaction, offsets, handover.metadata, TIMEOUT_S)
         call(p.commit_transaction, TIMEOUT_S)
-        p.poll(0)  # the delivery reports, for the log
+        p.poll(0)  # serves the delivery reports (no Python callback runs): they are queued
 
-
-def _log_error(err: KafkaError | None, _msg: Message) -> None:
-    # errors inside a transaction surface again, and decide its fate, at commit_transaction
-    if err is not None:
-        log.warning("transactional delivery failed: %s", err)
+    def _abort_quietly(self) -> None:
+        """Abort what a lost generation left open, where the producer still can (a refused
+        generation leaves it abortable; a fenced one refuses, and its successor's
+        ``init_transactions`` aborted it already)."""
+        try:
+            call(self._producer.abort_transaction, TIMEOUT_S)
+        except (Abortable, FatalKafkaError, GenerationLost) as exc:
+            log.info("%s: nothing more to abort (%s)", self.transactional_id, exc)

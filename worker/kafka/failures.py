@@ -1,8 +1,15 @@
 """What a Kafka error means for the worker, and the one place that decides it.
 
 librdkafka's transactional API sorts its errors (``rdkafka.h``, "Transactional producer
-API"): a **fatal** error (``error.fatal()``, or fenced by a newer owner of the
-``transactional.id``) ends the producer, so the worker exits and is restarted; an
+API"). A **lost** generation — the producer fenced by a newer owner of its
+``transactional.id`` (``_FENCED``, ``PRODUCER_FENCED``, ``INVALID_PRODUCER_EPOCH``: also what
+a transaction the coordinator timed out leaves, since Apache Kafka bumps the epoch when it
+aborts one), or the group generation refused (``ILLEGAL_GENERATION``,
+``UNKNOWN_MEMBER_ID``, ``FENCED_INSTANCE_ID``: KIP-447's check of
+``send_offsets_to_transaction``) — means "this worker's partitions are gone": the
+producer is dropped and the worker rejoins the group, its engine still loaded
+(:class:`GenerationLost`). A **fatal** error (``error.fatal()``) ends the producer, so the
+worker exits and is restarted; an
 **abortable** one (``txn_requires_abort()``, or ``_STATE`` from ``produce`` once the
 transaction is in that state) ends the transaction, which is aborted and may be done again
 in a new one; a **retriable** one (``retriable()``, e.g. a timeout in ``commit_transaction``
@@ -32,13 +39,21 @@ from worker.kafka.produce import (
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["fatal", "abortable", "retriable", "too_large"]
+Kind = Literal["lost", "fatal", "abortable", "retriable", "too_large"]
 
 #: how often a call failing with a retriable error is made before the worker gives up
 ATTEMPTS = 5
 _BACKOFF_S = 0.2
-_FENCED = frozenset(
-    {KafkaError.PRODUCER_FENCED, KafkaError._FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+#: the producer or the group member belongs to a generation that is over (module doc)
+_LOST = frozenset(
+    {
+        KafkaError.PRODUCER_FENCED,
+        KafkaError._FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.FENCED_INSTANCE_ID,
+    }
 )
 #: delivery report errors worth sending the record again: librdkafka reports them by code
 #: only, without the ``retriable()`` flag
@@ -58,7 +73,13 @@ _RETRIABLE_CODES = frozenset(
 
 
 class FatalKafkaError(BatchpipeError, RuntimeError):
-    """The producer cannot go on (fenced by a newer owner, fatal error): exit, restart."""
+    """The producer cannot go on (a fatal error): exit, restart."""
+
+
+class GenerationLost(BatchpipeError, RuntimeError):
+    """This worker's generation of the group is over (fenced, or refused by generation):
+    its partitions are lost. Drop the producer, forget the partitions, rejoin the group;
+    the engine stays loaded."""
 
 
 class MessageTooLarge(BatchpipeError, ValueError):
@@ -91,7 +112,9 @@ class Abortable(BatchpipeError, RuntimeError):
 def kind(error: KafkaError) -> Kind:
     """What ``error`` means for the producer that raised or reported it."""
     code = error.code()
-    if error.fatal() or code in _FENCED or code == KafkaError._FATAL:
+    if code in _LOST:
+        return "lost"
+    if error.fatal() or code == KafkaError._FATAL:
         return "fatal"
     if code == KafkaError.MSG_SIZE_TOO_LARGE:
         return "too_large"
@@ -103,19 +126,19 @@ def kind(error: KafkaError) -> Kind:
 
 
 def call(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)``, retried while retriable; :class:`Abortable` or :class:`FatalKafkaError`
-    for what retrying cannot mend."""
+    """``fn(*args)``, retried while retriable; :class:`GenerationLost`, :class:`Abortable` or
+    :class:`FatalKafkaError` for what retrying cannot mend."""
     for attempt in range(1, ATTEMPTS + 1):
         try:
             return fn(*args)
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             found = kind(error)
+            if found == "lost":
+                raise GenerationLost(f"{fn.__name__}: {error}") from exc
             if found == "abortable":
                 raise Abortable(f"{fn.__name__}: {error}") from exc
             if found != "retriable" or attempt == ATTEMPTS:
-                # fatal, or fenced: a newer owner of this transactional.id took over, so
-                # this producer is a zombie and must stop; the supervisor restarts the worker
                 raise FatalKafkaError(f"{fn.__name__} failed: {error}") from exc
             log.warning("retrying %s after %s", fn.__name__, error)
             time.sleep(_BACKOFF_S * attempt)
@@ -124,21 +147,26 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
 
 def produce_checked(
     producer: KafkaProducer,
-    limit: RecordLimit,
+    limit: RecordLimit | None,
     topic: str,
     key: bytes | str | None,
     value: bytes,
     headers: Headers,
-    on_delivery: OnDelivery,
+    on_delivery: OnDelivery | None = None,
 ) -> None:
     """:func:`~worker.kafka.produce.produce`, its failures sorted: :class:`MessageTooLarge`,
-    :class:`Abortable` or :class:`FatalKafkaError`; retriable ones are tried again.
+    :class:`GenerationLost`, :class:`Abortable` or :class:`FatalKafkaError`; retriable ones
+    are tried again.
 
     A record over ``limit`` is refused here, before librdkafka sees it: librdkafka itself
-    knows only its own ``message.max.bytes``, not a topic's smaller ``max.message.bytes``."""
-    size = record_size(key, value, headers)
-    if size > limit.bytes:
-        raise MessageTooLarge(topic, size, limit)
+    knows only its own ``message.max.bytes``, not a topic's smaller ``max.message.bytes``.
+    ``limit`` None: the caller checked the record's size already (the committer's records
+    were checked when they were answered: counted once, on the loop)."""
+    size = -1
+    if limit is not None:
+        size = record_size(key, value, headers)
+        if size > limit.bytes:
+            raise MessageTooLarge(topic, size, limit)
     for attempt in range(1, ATTEMPTS + 1):
         try:
             produce(producer, topic, key, value, headers, on_delivery)
@@ -148,7 +176,11 @@ def produce_checked(
             found = kind(error)
             if found == "too_large":
                 # librdkafka checks the size before it queues the record: nothing was sent
+                if limit is None:
+                    raise FatalKafkaError(f"librdkafka refused a checked record: {error}") from exc
                 raise MessageTooLarge(topic, size, limit) from exc
+            if found == "lost":
+                raise GenerationLost(f"produce to {topic}: {error}") from exc
             if found == "abortable":
                 raise Abortable(f"produce to {topic}: {error}") from exc
             if found != "retriable" or attempt == ATTEMPTS:

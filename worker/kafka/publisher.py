@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from batcher import OffsetTracker, Partition
 from worker.config import KafkaConfig
@@ -31,6 +31,7 @@ from worker.kafka.failures import (
     ATTEMPTS,
     Abortable,
     FatalKafkaError,
+    GenerationLost,
     MessageTooLarge,
     TransactionAborted,
     kind,
@@ -41,6 +42,7 @@ from worker.kafka.produce import Headers, ProducerFactory, RecordLimits
 __all__ = [
     "AtLeastOncePublisher",
     "FatalKafkaError",
+    "GenerationLost",
     "MessageTooLarge",
     "OnAnswered",
     "Publisher",
@@ -85,13 +87,21 @@ class Publisher(ABC):
         headers: Headers,
         origin: Partition,
         on_answered: OnAnswered,
+        offset: int | None = None,
     ) -> None:
-        """Publish one answer to a record of ``origin``; ``on_answered`` runs once it counts
-        as answered (the caller marks the record done in the offset tracker there).
+        """Publish one answer to the record at ``offset`` of ``origin``; ``on_answered``
+        runs once it counts as answered (the caller marks the record done in the offset
+        tracker there). Under exactly-once the answer reaches the results topic only with
+        a commit of an offset past ``offset`` (None: with the next commit).
 
         Raises :class:`MessageTooLarge` (nothing sent; send something smaller) or
         :class:`FatalKafkaError` (exit).
         """
+
+    def full(self) -> bool:
+        """Answers buffered up to a bound (``kafka.max_buffered_answers`` or ``_bytes``):
+        admit no new record until a commit releases some."""
+        return False
 
     @abstractmethod
     def commit(self) -> None:
@@ -176,6 +186,7 @@ class AtLeastOncePublisher(Publisher):
         headers: Headers,
         origin: Partition,
         on_answered: OnAnswered,
+        offset: int | None = None,
     ) -> None:
         self._send(Outgoing(topic, key, value, tuple(headers)), on_answered, 1)
 
@@ -225,7 +236,12 @@ class AtLeastOncePublisher(Publisher):
         self.poll()
         offsets = self._committable()
         if offsets:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
+            try:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:
+                if kind(exc.args[0]) == "lost":  # refused by generation: partitions gone
+                    raise GenerationLost(f"commit: {exc.args[0]}") from exc
+                raise
             self._mark(offsets)
             self.commits += 1
 

@@ -1,14 +1,16 @@
 """publish → commit under ``exactly_once``: one transaction per commit, one producer per worker.
 
-Every answer given since the last commit and the consumer offsets they advance are written
-in one Kafka transaction (``send_offsets_to_transaction`` with the consumer's group
-metadata, KIP-447): a crash before the commit leaves neither, after it both. ``send`` only
-checks a record's size and keeps it for the next handover, on the loop thread; the
-committer thread (:mod:`worker.kafka.committer`) makes every transactional call, so the
-loop goes on forming and running batches while a commit runs. Offsets never pass an
-unanswered request (:class:`batcher.OffsetTracker`), so results that complete out of order
-beyond a slower request may be produced again after a crash: readers join on
-``custom_id`` (``collect`` keeps one line per id).
+Answers and the consumer offsets that cover them are written in one Kafka transaction
+(``send_offsets_to_transaction`` with the consumer's group metadata, KIP-447): a crash
+before the commit leaves neither, after it both. ``send`` only checks a record's size and
+keeps it (:class:`~worker.kafka.answers.AnswerBuffer`), on the loop thread; an answer is
+handed to a transaction only once its partition's committable position has passed its
+record, so no answer is ever on the results topic ahead of its offset, and a revoke
+drops the answers still held (the next owner answers them). The committer thread
+(:mod:`worker.kafka.committer`) makes every transactional call, so the loop goes on
+forming and running batches while a commit runs. Every transaction sends offsets — the
+committed ones again when nothing moved — so the broker checks the group generation on
+every commit (KIP-447).
 
 The worker's slot is the lowest input partition it owns: ``transactional.id`` =
 ``<prefix>.<topic>.<partition>``, unique among the members of a generation of the group.
@@ -28,7 +30,9 @@ only the offsets it already committed (a no-op on Apache Kafka).
 A transaction aborted for good (:class:`TransactionAborted`, after the committer's replays)
 marks the partitions whose answers it held: their answers waiting for the next handover are
 dropped, no offset of theirs is committed, and answers to them are not kept, until the loop
-has rewound them (:meth:`TransactionalPublisher.forget`).
+has rewound them (:meth:`TransactionalPublisher.forget`). A lost generation
+(:class:`GenerationLost`: fenced, or refused by generation) drops the producer and every
+partition at once; the loop rejoins the group.
 """
 
 from __future__ import annotations
@@ -41,11 +45,13 @@ from confluent_kafka import TopicPartition
 
 from batcher import OffsetTracker, Partition
 from worker.config import KafkaConfig
+from worker.kafka.answers import AnswerBuffer, BufferLimits
 from worker.kafka.committer import Committer, Handover
 from worker.kafka.consumer import KafkaConsumer
 from worker.kafka.failures import (
     Abortable,
     FatalKafkaError,
+    GenerationLost,
     MessageTooLarge,
     TransactionAborted,
     call,
@@ -83,7 +89,9 @@ class TransactionalPublisher(Publisher):
         self._on_outcome = on_outcome  # for the transactions metric
         self._owned: set[Partition] = set()
         self._committer: Committer | None = None
-        self._buffer: list[tuple[Partition, Outgoing]] = []  # for the next handover
+        self._buffer = AnswerBuffer(
+            BufferLimits(kafka.max_buffered_answers, kafka.max_buffered_bytes)
+        )
         self._handed: Handover | None = None  # the handover in flight
         self._aborted: set[Partition] = set()  # aborted for good, not rewound yet
         self._unsettled = False  # the last transaction held answers (module doc)
@@ -98,19 +106,24 @@ class TransactionalPublisher(Publisher):
         headers: Headers,
         origin: Partition,
         on_answered: OnAnswered,
+        offset: int | None = None,
     ) -> None:
         if origin not in self._owned:
             raise RuntimeError(f"answer for {origin}, which this worker does not own")
         if origin in self._aborted:
             return  # its record is consumed again after the rewind, and answered then
         limit = self._limits(topic)
-        size = record_size(key, value, headers)
+        size = record_size(key, value, headers)  # once: the committer does not count again
         if size + _RECORD_FRAMING + _HEADER_FRAMING * len(headers) > limit.bytes:
             raise MessageTooLarge(topic, size, limit)
-        self._buffer.append((origin, Outgoing(topic, key, value, tuple(headers))))
-        # inside a transaction a result counts as given once handed to it: the commit makes
-        # it and its offset visible together, an abort undoes both
+        self._buffer.add(origin, offset, size, Outgoing(topic, key, value, tuple(headers)))
+        # the record counts as answered here: its offset may advance. The answer itself
+        # waits until a transaction carries an offset past it (module doc); the commit
+        # makes both visible together, an abort undoes both
         on_answered()
+
+    def full(self) -> bool:
+        return self._buffer.full()
 
     def poll(self) -> None:
         """Take the outcome of a commit that has ended (:class:`TransactionAborted`,
@@ -138,7 +151,7 @@ class TransactionalPublisher(Publisher):
     def forget(self, partitions: Collection[Partition]) -> None:
         gone = set(partitions)
         self._aborted -= gone
-        self._buffer = [(origin, r) for origin, r in self._buffer if origin not in gone]
+        self._buffer.forget(gone)
 
     # -- rebalances --------------------------------------------------------------------
 
@@ -155,9 +168,7 @@ class TransactionalPublisher(Publisher):
         ids = [f"{self._prefix}.{t}.{n}" for t, n in sorted(gained)]
         _reclaim(self._producers, [i for i in ids if i != txn_id])
         if self._committer is None:
-            self._committer = Committer(
-                self._producers(txn_id), txn_id, self._limits, self._outcome
-            )
+            self._committer = Committer(self._producers(txn_id), txn_id, self._outcome)
 
     def revoke(self, partitions: Collection[Partition]) -> None:
         """Wait for the commit in flight, commit what is answered, hand ``partitions`` over."""
@@ -173,7 +184,7 @@ class TransactionalPublisher(Publisher):
         try:
             if self._committer is not None:
                 self._finish()
-        except (TransactionAborted, FatalKafkaError) as exc:
+        except (TransactionAborted, FatalKafkaError, GenerationLost) as exc:
             log.info("lost %s: the commit in flight failed (%s)", sorted(partitions), exc)
             self._release(partitions, flush=False)
             return
@@ -188,21 +199,18 @@ class TransactionalPublisher(Publisher):
     # -- helpers -----------------------------------------------------------------------
 
     def _hand(self) -> None:
-        """Hand the answers given since the last handover, and the offsets they advance,
-        to the committer; or, when there are none after a transaction that held answers,
-        the offsets already committed (module doc)."""
+        """Hand the committer the offsets that moved and the answers below them; or, when
+        nothing moved after a transaction that held answers, the offsets already committed
+        (module doc). Every handover carries offsets: the generation check (KIP-447)."""
         assert self._committer is not None
-        records = self._buffer
         offsets = [
             tp for tp in self._committable() if (tp.topic, tp.partition) not in self._aborted
         ]
-        if not records and not offsets:
-            if not self._unsettled:
-                return
+        records = self._buffer.release(self._tracker.position)
+        if not offsets and (records or self._unsettled):
             offsets = self._committed_offsets()
-            if not offsets:
-                return
-        self._buffer = []
+        if not records and not offsets:
+            return
         handover = Handover(
             records=tuple(r for _, r in records),
             origins=frozenset(origin for origin, _ in records),
@@ -220,7 +228,10 @@ class TransactionalPublisher(Publisher):
             self._committer.outcome()
         except TransactionAborted as exc:
             self._aborted.update(exc.partitions)
-            self._buffer = [(o, r) for o, r in self._buffer if o not in self._aborted]
+            self._buffer.forget(self._aborted)
+            raise
+        except GenerationLost:
+            self.drop()
             raise
         if handover is not None:
             self._unsettled = bool(handover.records)
@@ -240,6 +251,15 @@ class TransactionalPublisher(Publisher):
         else:
             self.aborts += 1
         self._on_outcome(outcome)
+
+    def drop(self) -> None:
+        """The generation is lost: the producer goes (unflushed; its successor aborted or
+        aborts what it left open), and with it every partition and every answer held."""
+        self._buffer.forget(self._owned)
+        self._aborted.clear()
+        self._owned.clear()
+        self._unsettled = False
+        self._close(flush=False)
 
     def _release(self, partitions: Collection[Partition], flush: bool) -> None:
         self.forget(partitions)

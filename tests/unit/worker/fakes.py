@@ -26,8 +26,9 @@
 * :class:`GatedEngine` — the echo engine's answers, but ``run_batch`` waits until the test
   opens its gate, so a batch stays "on the engine" for as long as a test needs.
 * :class:`GatedInFlightEngine` — the same for an in-flight engine: what is submitted runs
-  until the test opens the gate; it records every submit and abort, and can be made to
-  break, or to report aborted requests anyway (an engine that breaks the contract).
+  until the test opens the gate (``stragglers`` run on until the test lets them go); it
+  records every submit and abort, and can be made to break, or to report aborted requests
+  anyway (an engine that breaks the contract).
 """
 
 from __future__ import annotations
@@ -229,6 +230,7 @@ class FakeConsumer:
         self.delivered = 0  # records returned by poll/consume
         self._assigning = False  # inside on_assign: assign() may set the offsets
         self.coordinator_down = False  # committed() times out
+        self.unsubscribed = 0  # unsubscribe() calls: the worker left the group to rejoin it
 
     # -- what the test does ------------------------------------------------------------
 
@@ -333,6 +335,13 @@ class FakeConsumer:
     def consumer_group_metadata(self) -> object:
         return "fake-group-metadata"
 
+    def unsubscribe(self) -> None:
+        """Leave the group: the assignment is revoked through ``on_revoke``; the test
+        queues the assignment of the next generation."""
+        self.unsubscribed += 1
+        if self._positions:
+            self._serve("revoke", list(self._positions))
+
     def close(self) -> None:
         """Leave the group: the assignment is revoked through ``on_revoke`` first."""
         if self._positions:
@@ -411,6 +420,7 @@ class FakePublisher(Publisher):
         headers: Headers,
         origin: Partition,
         on_answered: OnAnswered,
+        offset: int | None = None,
     ) -> None:
         if origin not in self._owned:
             raise RuntimeError(f"answer for {origin}, which this worker does not own")
@@ -575,6 +585,9 @@ class GatedInFlightEngine(InFlightEngine):
         self._running: dict[str, EngineInput] = {}
         self.submitted: list[str] = []  # every key submitted, in order
         self.aborted: list[str] = []  # every key aborted, in order
+        #: prompts that do not complete, gate open or not, until the test removes them:
+        #: long requests still decoding while shorter ones after them complete
+        self.stragglers: set[str] = set()
         self.entered = threading.Event()  # set by the first submit
 
     def open(self) -> None:
@@ -612,8 +625,9 @@ class GatedInFlightEngine(InFlightEngine):
         if not self._gate.is_set():
             return []
         with self._lock:
-            done = [echo_completion(item) for item in self._running.values()]
-            self._running.clear()
+            running = self._running.items()
+            finished = [k for k, item in running if _prompt(item) not in self.stragglers]
+            done = [echo_completion(self._running.pop(key)) for key in finished]
         return done
 
     def capacity(self) -> Capacity:

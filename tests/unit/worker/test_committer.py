@@ -22,7 +22,7 @@ from confluent_kafka import KafkaError
 from batcher import OffsetTracker, Partition
 from worker.config import KafkaConfig
 from worker.kafka.committer import REPLAYS
-from worker.kafka.publisher import FatalKafkaError, TransactionAborted
+from worker.kafka.publisher import GenerationLost, TransactionAborted
 from worker.kafka.transactions import TransactionalPublisher
 
 from .fake_producer import FakeProducer, FakeProducers
@@ -60,7 +60,7 @@ class _Worker:
             self.next[number] += 1
             self.tracker.add(origin, offset)
             self.publisher.send(
-                "results", "k", b"v", [], origin, partial(self.tracker.done, origin, offset)
+                "results", "k", b"v", [], origin, partial(self.tracker.done, origin, offset), offset
             )
 
     def offsets(self, **at: int) -> tuple[tuple[str, int, int], ...]:
@@ -183,10 +183,44 @@ def test_a_transaction_aborted_for_good_drops_its_partitions_until_they_are_rewo
     assert w.broker.transactions[-1] == (w.txn_id(0), 1, w.offsets(p0=1))
 
 
-def test_a_fenced_producer_is_fatal() -> None:
+def test_a_fenced_producer_is_a_lost_generation_that_drops_the_producer() -> None:
     w = _answered_then_failing("commit_transaction", FENCED)
-    with pytest.raises(FatalKafkaError, match="fenced"):
+    with pytest.raises(GenerationLost, match="fenced"):
         w.publisher.commit()
+    assert w.broker.transactions == []
+    # every partition and answer is gone; the next assignment builds a new producer
+    with pytest.raises(RuntimeError, match="does not own"):
+        w.answer(0)
+    w.publisher.assign(w.partitions)
+    w.tracker.forget(w.partitions)
+    w.next = [0, 0, 0]
+    w.answer(0)
+    w.publisher.commit()
+    assert w.broker.transactions == [(w.txn_id(0), 1, w.offsets(p0=1))]
+
+
+def test_an_answer_waits_until_its_partitions_offset_passes_it() -> None:
+    w = _Worker()
+    w.publisher.assign(w.partitions)
+    w.tracker.add(w.partitions[0], 0)  # a long request, still running
+    w.next[0] = 1
+    w.answer(0, 0, 1)
+    w.publisher.commit()
+    # partition 1 moved: its answer goes; partition 0's two wait behind offset 0
+    assert w.broker.transactions == [(w.txn_id(0), 1, w.offsets(p1=1))]
+    w.tracker.done(w.partitions[0], 0)  # answered (its own answer is not sent here)
+    w.publisher.commit()
+    assert w.broker.transactions[-1] == (w.txn_id(0), 2, w.offsets(p0=3))
+
+
+def test_a_revoke_drops_the_answers_its_offsets_do_not_cover() -> None:
+    w = _Worker()
+    w.publisher.assign(w.partitions)
+    w.tracker.add(w.partitions[0], 0)
+    w.next[0] = 1
+    w.answer(0, 0)
+    w.publisher.revoke(w.partitions)
+    assert w.broker.transactions == [] and w.broker.raw == []
 
 
 def test_a_fenced_producer_of_lost_partitions_is_dropped_quietly() -> None:

@@ -45,6 +45,30 @@ def test_a_transaction_timeout_that_is_not_a_number_of_milliseconds_is_refused()
         assert "kafka.client.transaction.timeout.ms" in message
 
 
+def test_only_eager_assignors_are_accepted() -> None:
+    for eager in ("roundrobin", "range", "range,roundrobin"):
+        sets = [f"kafka.client.partition.assignment.strategy={eager}"]
+        assert load_config(sets=sets, environ={})
+    for other in ("cooperative-sticky", "roundrobin,cooperative-sticky"):
+        message = refused(f"kafka.client.partition.assignment.strategy={other}")
+        assert "kafka.client.partition.assignment.strategy" in message
+        assert "cooperative-sticky" in message
+    message = refused("kafka.client.group.protocol=consumer")
+    assert "kafka.client.group.protocol" in message
+    assert load_config(sets=["kafka.client.group.protocol=classic"], environ={})
+
+
+def test_answer_buffer_bounds_are_settings() -> None:
+    config = load_config(environ={})
+    assert (config.kafka.max_buffered_answers, config.kafka.max_buffered_bytes) == (
+        4096,
+        64 * 1024 * 1024,
+    )
+    assert load_config(sets=["kafka.max_buffered_answers=10"], environ={})
+    assert "kafka.max_buffered_answers" in refused("kafka.max_buffered_answers=0")
+    assert "kafka.max_buffered_bytes" in refused("kafka.max_buffered_bytes=10")
+
+
 def test_default_max_tokens_must_leave_room_for_a_prompt_in_a_batch() -> None:
     assert load_config(sets=["generation.max_tokens=8191"], environ={})
     message = refused("generation.max_tokens=8192")

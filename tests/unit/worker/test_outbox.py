@@ -29,6 +29,7 @@ class Producer:
         headers: Headers,
         origin: tuple[str, int],
         on_answered: OnAnswered,
+        offset: int | None = None,
     ) -> None:
         self.sent.append((key.encode("utf-8") if isinstance(key, str) else key, value))
 

@@ -2,8 +2,9 @@
 on fake producers (``tests/unit/worker/fake_producer.py``).
 
 Abortable → the transaction is aborted and done again (nothing lost, no duplicate among
-committed results); retriable → called again; fatal or fenced → :class:`FatalKafkaError`;
-a partition lost with an already fenced producer → dropped quietly.
+committed results); retriable → called again; fenced → a lost generation, the worker
+rejoins; fatal → :class:`FatalKafkaError`; a partition lost with an already fenced
+producer → dropped quietly.
 """
 
 from __future__ import annotations
@@ -88,12 +89,15 @@ def test_timeouts_in_commit_and_abort_are_retried() -> None:
         run(r, ids)
 
 
-def test_a_fenced_producer_stops_the_worker() -> None:
+def test_a_fenced_producer_makes_the_worker_rejoin_not_exit() -> None:
     with rig(loop_config(), GatedEngine(gated=False), delivery="exactly_once") as r:
         ids = submit(r)
         r.broker.fail("commit_transaction", FENCED)
-        with pytest.raises(FatalKafkaError, match="fenced"):
-            run(r, ids)
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: r.consumer.unsubscribed == 1, "the worker leaving to rejoin")
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: r.settled(ids), "every record answered again and committed")
+        assert r.answers() == Counter(dict.fromkeys(ids, 1))
 
 
 def test_partitions_lost_after_their_producer_was_fenced_are_dropped_quietly() -> None:

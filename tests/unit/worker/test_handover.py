@@ -1,0 +1,146 @@
+"""Exactly one answer on the results topic through rebalances and lost generations (issue 40).
+
+The worker loop with the real transactional publisher on fake producers. ``broker.sent`` is
+what a read_committed reader of the results topic sees, ``broker.raw`` every record
+produced (aborted ones too): both are counted here, never after a dedup.
+
+The duplicate of issue 40: an answer beyond its partition's committable position (a
+longer request before it still runs) was published with the next commit; a revoke then
+handed the partition over at that position, and the next owner answered the record again.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from confluent_kafka import KafkaError
+
+from .fakes import GatedInFlightEngine
+from .rig import P0, P1, RESULTS, Rig, loop_config, rig
+
+SLOW = "a long request"
+
+
+def raw_answers(r: Rig[GatedInFlightEngine]) -> Counter[str]:
+    """custom_ids of every result record produced, committed or aborted."""
+    return Counter(
+        key if isinstance(key, str) else (key or b"").decode()
+        for topic, key, _, _ in r.broker.raw
+        if topic == RESULTS
+    )
+
+
+def straggler_first(r: Rig[GatedInFlightEngine]) -> set[str]:
+    """Partition 0: a long request at offset 0, two short ones after it; partition 1: one."""
+    r.broker.submit(0, "slow", SLOW)
+    r.broker.submit(0, "a", "short a")
+    r.broker.submit(0, "b", "short b")
+    r.broker.submit(1, "c", "short c")
+    r.engine.stragglers.add(SLOW)
+    return {"slow", "a", "b", "c"}
+
+
+def answered_but_the_long_one(r: Rig[GatedInFlightEngine]) -> set[str]:
+    """:func:`straggler_first`, assigned and stepped until only the long request runs."""
+    ids = straggler_first(r)
+    r.consumer.rebalance("assign", [P0, P1])
+    r.step_until(lambda: len(r.worker.ledger) == 1, "every request but the long one answered")
+    return ids
+
+
+def test_an_answer_beyond_the_committable_offset_waits_and_a_revoke_drops_it() -> None:
+    engine = GatedInFlightEngine(gated=False)
+    with rig(loop_config(), engine, delivery="exactly_once") as r:
+        ids = answered_but_the_long_one(r)
+        r.step_until(lambda: r.broker.committed.get(P1) == 1, "partition 1 committed")
+        # a and b are answered, but partition 0 cannot be committed past offset 0 yet
+        assert r.answers() == Counter({"c": 1})
+        assert r.broker.committed.get(P0, 0) == 0
+
+        r.consumer.rebalance("revoke", [P0, P1])
+        r.step_until(lambda: not r.consumer.rebalancing, "the revoke")
+        # handed over at offset 0: a and b were dropped, never produced
+        assert raw_answers(r) == Counter({"c": 1})
+
+        # the next owner (here: the same worker, assigned again) answers everything once
+        engine.stragglers.clear()
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: r.settled(ids), "every record answered and committed")
+        assert r.answers() == Counter(dict.fromkeys(ids, 1))
+        assert raw_answers(r) == Counter(dict.fromkeys(ids, 1))
+
+
+def test_held_answers_are_published_with_the_offset_that_passes_them() -> None:
+    engine = GatedInFlightEngine(gated=False)
+    with rig(loop_config(), engine, delivery="exactly_once") as r:
+        ids = answered_but_the_long_one(r)
+        engine.stragglers.clear()
+        r.step_until(lambda: r.settled(ids), "every record answered and committed")
+        assert raw_answers(r) == Counter(dict.fromkeys(ids, 1))
+        # partition 0's three answers went out in the transaction that committed offset 3
+        # (and every transaction carried offsets: the generation check, KIP-447)
+        with_p0 = [(n, offsets) for _, n, offsets in r.broker.transactions if offsets[0][1] == 0]
+        assert with_p0[0] == (3, (("requests", 0, 3),))
+        assert all(offsets for _, _, offsets in r.broker.transactions)
+
+
+def test_a_fenced_producer_is_a_lost_generation_the_worker_rejoins() -> None:
+    engine = GatedInFlightEngine(gated=False)
+    with rig(loop_config(), engine, delivery="exactly_once") as r:
+        ids = straggler_first(r)
+        gate = r.broker.gate("commit_transaction")
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: bool(r.broker.raw), "a commit in flight")
+        # meanwhile the group moved on without this worker (a pause past its session):
+        # the new owner of partition 0 claimed the worker's transactional id
+        r.broker.fence("batchpipe.batchpipe.requests.0")
+        gate.set()
+        r.step_until(lambda: r.consumer.unsubscribed == 1, "the worker leaving to rejoin")
+        assert r.consumer.assignment() == []
+        assert len(r.worker.ledger) == 0  # every partition forgotten
+        assert r.answers() == Counter()  # the fenced transaction committed nothing
+
+        engine.stragglers.clear()
+        r.consumer.rebalance("assign", [P0, P1])  # the next generation
+        r.step_until(lambda: r.settled(ids), "every record answered again and committed")
+        assert r.answers() == Counter(dict.fromkeys(ids, 1))
+        assert not r.worker.engine_stage.wedged  # the same engine served on
+
+
+def test_a_commit_refused_by_generation_is_a_lost_generation_too() -> None:
+    illegal = KafkaError(KafkaError.ILLEGAL_GENERATION, "stale generation", txn_requires_abort=True)
+    with rig(loop_config(), GatedInFlightEngine(gated=False), delivery="exactly_once") as r:
+        r.broker.submit(0, "a", "short a")
+        r.broker.fail("send_offsets_to_transaction", illegal)
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: r.consumer.unsubscribed == 1, "the worker leaving to rejoin")
+        assert r.answers() == Counter()
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: r.settled({"a"}), "answered again and committed")
+        assert r.answers() == Counter({"a": 1})
+
+
+def test_admission_pauses_while_the_answers_buffer_is_full() -> None:
+    config = loop_config(prefetch_count=4, max_batch_size=2)
+    config = replace(config, kafka=replace(config.kafka, max_buffered_answers=3))
+    engine = GatedInFlightEngine(gated=False)
+    with rig(config, engine, delivery="exactly_once") as r:
+        r.broker.submit(0, "slow", SLOW)
+        for i in range(20):
+            r.broker.submit(0, f"s{i}", f"short {i}")
+        engine.stragglers.add(SLOW)
+        r.consumer.rebalance("assign", [P0])
+        publisher = r.worker._publisher
+        assert publisher is not None
+        r.step_until(publisher.full, "three answers held behind the long request")
+        read, unanswered = r.consumer.delivered, len(r.worker.ledger)
+        for _ in range(20):
+            r.worker._step(draining=False)
+        # prefetch slots are free (the held answers gave theirs back), but nothing more
+        # is taken while the buffer is full
+        assert unanswered < 4 and r.consumer.delivered == read < 21
+        engine.stragglers.clear()
+        ids = {"slow"} | {f"s{i}" for i in range(20)}
+        r.step_until(lambda: r.settled(ids), "every record answered and committed")
+        assert raw_answers(r) == Counter(dict.fromkeys(ids, 1))
