@@ -6,6 +6,7 @@ offsets its own deliveries reported) minus what the worker group committed, summ
 the partitions. Both are known exactly; the broker's end offsets, which the embedded
 broker under-reports (§7), are never asked for. Records other producers wrote straight
 into the requests topic are not counted: they only make the real backlog longer.
+Partitions added to the requests topic are counted within :data:`PARTITIONS_EVERY_S`.
 
 The limit is Little's law on the fleet (docs/architecture.md §10): the fleet holds
 ``rate × RTprop`` records (its bandwidth-delay product: answered/s times the shortest
@@ -39,6 +40,8 @@ PROBE_EVERY_S = 10.0
 PROBE_RTTS = 6
 #: a probe holds the limit at one bandwidth-delay product for this many RTprops
 PROBE_LENGTH_RTTS = 3
+#: how often the requests topic's partitions are counted again (they can be added)
+PARTITIONS_EVERY_S = 10.0
 
 
 class CommittedOffsets(Protocol):
@@ -56,9 +59,12 @@ class Depth:
         scheduling: SchedulingConfig,
         prefetch_count: int,
         clock: Callable[[], float] = time.monotonic,
+        count_partitions: Callable[[], int] | None = None,
     ) -> None:
         self._offsets = offsets  # a consumer of the worker group, never subscribed
         self._clock = clock
+        self._topic = topic
+        self._count_partitions = count_partitions
         self._partitions = [TopicPartition(topic, p) for p in range(partitions)]
         self._min = scheduling.min_depth or 2 * prefetch_count
         self._max = max(self._min, scheduling.max_depth)
@@ -73,6 +79,7 @@ class Depth:
         self._rates: deque[tuple[float, float]] = deque()  # (when, answered/s)
         self._rtts: deque[tuple[float, float]] = deque()  # (when, least feed-to-answer s)
         self._queried = now
+        self._counted = now
         self._next_probe = now
         self._probe_until = now
         self.rtprop: float | None = None
@@ -102,12 +109,27 @@ class Depth:
         return self.limit - self.depth
 
     def _measure(self, now: float) -> None:
+        if self._count_partitions is not None and now - self._counted >= PARTITIONS_EVERY_S:
+            self._recount(now)
         committed = self._committed()
         self._committed_now, self._queried = committed, now
         self.depth = sum(max(0, end - committed.get(p, 0)) for p, end in self._fed_end.items())
         self._note_answers(now, sum(committed.values()))
         self._note_rtts(now, committed)
         self.limit = self._limit(now)
+
+    def _recount(self, now: float) -> None:
+        """Partitions added to the requests topic count from now on: records fed there
+        were counted as never committed, so the depth only grew and feeding stalled
+        (issue 38). A count that cannot be read keeps the last one."""
+        assert self._count_partitions is not None
+        self._counted = now
+        try:
+            count = self._count_partitions()
+        except KafkaException:
+            return
+        if count > len(self._partitions):
+            self._partitions = [TopicPartition(self._topic, p) for p in range(count)]
 
     def _note_answers(self, now: float, answered: int) -> None:
         span = max(RATE_SPAN_S, 2 * (self.rtprop or 0.0))

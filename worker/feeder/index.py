@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(slots=True)
 class Run:
     """Records of one batch at offsets ``[start, end)``: ``count`` of them (markers skipped)."""
 
@@ -34,15 +34,13 @@ class Run:
     count: int
 
 
-@dataclass
+@dataclass(slots=True)
 class PendingBatch:
     batch_id: str
     weight: float
     runs: deque[Run] = field(default_factory=deque)
-
-    @property
-    def waiting(self) -> int:
-        return sum(run.count for run in self.runs)
+    count: int = 0  # its unfed records: the sum of its runs' counts
+    popped: int = 0  # runs fed whole and gone: a run's number is popped + its position
 
 
 class PendingIndex:
@@ -57,12 +55,23 @@ class PendingIndex:
         self._finished_order: list[tuple[int, str]] = []  # (end, batch id); stale ones too
         self.frontier = start  # the next offset to scan
         self._last_batch: str | None = None  # the batch of the record scanned last
+        # a takeover: a batch fed up to or below where this index starts has no record
+        # this feeder will scan, so it is finished and its state goes at the first commit
+        # (before issue 38 such entries piled up in the state topic with every takeover)
+        for batch_id, end in self.fed_to.items():
+            if end <= start:
+                self._finish(batch_id, end)
 
     def scan(self, offset: int, batch_id: str, weight: float) -> bool:
         """Note the record at ``offset`` (offsets increase); False when it was fed already."""
         self.frontier = offset + 1
-        if offset < self.fed_to.get(batch_id, 0):
+        fed_to = self.fed_to.get(batch_id, 0)
+        if offset < fed_to:
             self._last_batch = None  # a fed record ends any run
+            if batch_id not in self.batches and batch_id not in self.finished:
+                # fed to its end by an earlier feeder that stopped before retiring it:
+                # finished here, so its state is retired (tombstoned) by this one
+                self._finish(batch_id, fed_to)
             return False
         batch = self.batches.get(batch_id)
         if batch is None:
@@ -73,6 +82,7 @@ class PendingIndex:
             run.end, run.count = offset + 1, run.count + 1
         else:
             batch.runs.append(Run(offset, offset + 1, 1))
+        batch.count += 1
         self._last_batch = batch_id
         return True
 
@@ -87,15 +97,16 @@ class PendingIndex:
         if not run.start <= offset < run.end:
             raise ValueError(f"{batch_id}: fed {offset}, but its next run is {run}")
         run.start, run.count = offset + 1, run.count - 1
+        batch.count -= 1
         self.fed_to[batch_id] = offset + 1
         if run.count == 0:
             batch.runs.popleft()
+            batch.popped += 1
             if batch.runs:
                 self.fed_to[batch_id] = batch.runs[0].start
         if not batch.runs:
             del self.batches[batch_id]
-            self.finished[batch_id] = self.fed_to[batch_id]
-            heapq.heappush(self._finished_order, (self.fed_to[batch_id], batch_id))
+            self._finish(batch_id, self.fed_to[batch_id])
             if self._last_batch == batch_id:
                 self._last_batch = None
 
@@ -105,12 +116,16 @@ class PendingIndex:
         batch = self.batches.get(batch_id)
         if batch is None:
             return 0
-        count = batch.waiting
+        count = batch.count
         last = batch.runs[-1]
-        self.batches[batch_id] = PendingBatch(batch_id, batch.weight, deque([last]))
+        self.batches[batch_id] = PendingBatch(batch_id, batch.weight, deque([last]), 1)
         last.start, last.count = last.end - 1, 1
         self.fed(batch_id, last.start)  # the bookkeeping of a batch fed to its end
         return count
+
+    def _finish(self, batch_id: str, end: int) -> None:
+        self.finished[batch_id] = end
+        heapq.heappush(self._finished_order, (end, batch_id))
 
     def low_water(self) -> int:
         """The lowest offset still to be fed, or the frontier when everything scanned is."""

@@ -90,6 +90,7 @@ class Mover:
             partitions,
             config.scheduling,
             config.batching.prefetch_count,
+            count_partitions=self._count_partitions,
         )
 
     def close(self) -> None:
@@ -150,6 +151,10 @@ class Mover:
         p.send_offsets_to_transaction(offsets, self._scan.consumer_group_metadata(), TIMEOUT_S)
         p.commit_transaction(TIMEOUT_S)
         p.poll(0)
+
+    def _count_partitions(self) -> int:
+        topics = self._offsets.list_topics(self._requests, timeout=5.0).topics
+        return len(topics[self._requests].partitions)
 
     def _alive_due(self) -> bool:
         """Whether the heartbeat is due (and then its value is in ``_alive``)."""

@@ -102,7 +102,8 @@ class Planner:
         self._stops, self._abandoned = [], {}
         step.slices = self.drain.slices(self.ahead, budget, self._abandon)
         room = min(room, budget - step.moved)
-        while room > 0 and (picked := self.fair.next(room)) is not None:
+        cap = self.ahead.slice_cap(len(self.fair))  # a round's slices fit the read-ahead
+        while room > 0 and (picked := self.fair.next(min(room, cap))) is not None:
             batch_id, count = picked
             try:
                 records = self.ahead.take(batch_id, count)

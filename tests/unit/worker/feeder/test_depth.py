@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from worker.config import SchedulingConfig
-from worker.feeder.depth import Depth
+from worker.feeder.depth import PARTITIONS_EVERY_S, Depth
 
 STEP_S = 0.02
 COMMIT_S = 0.1
@@ -115,3 +115,36 @@ def test_a_lone_worker_is_fed_about_twice_what_it_holds() -> None:
     clock, fleet = Clock(), Fleet(1)
     depth = Depth(fleet, "requests", 1, SchedulingConfig(), 64, clock=clock)
     assert depth.room() == 128  # nothing measured yet: min_depth, 2 × prefetch
+
+
+class Committed:
+    """The worker group's committed offsets, by partition."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[int, int] = {}
+
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float = 0
+    ) -> list[TopicPartition]:
+        return [
+            TopicPartition(tp.topic, tp.partition, self.offsets.get(tp.partition, -1001))
+            for tp in partitions
+        ]
+
+
+def test_partitions_added_to_the_requests_topic_are_counted_without_a_restart() -> None:
+    """Issue 38: Depth fixed its partitions when the mover was built, so what it fed to a
+    new partition never counted as committed: the depth only grew and feeding stopped."""
+    clock, committed, partitions = Clock(), Committed(), [2]
+    depth = Depth(committed, "requests", 2, SchedulingConfig(), 64, clock, lambda: partitions[0])
+    partitions[0] = 3  # an operator adds a partition
+    for offset in range(100):
+        depth.delivered(2, offset)  # fed to the new partition
+    depth.fed(100)
+    committed.offsets[2] = 100  # and the workers answered it all
+    clock.now += 1.0
+    depth.room()
+    assert depth.depth == 100  # not counted yet: within PARTITIONS_EVERY_S
+    clock.now += PARTITIONS_EVERY_S
+    depth.room()
+    assert depth.depth == 0

@@ -73,3 +73,38 @@ def test_retire_visits_only_what_it_retires_and_skips_a_batch_active_again() -> 
     assert len(index.finished) == 99_990 and len(index._finished_order) == 99_990
     index.scan(100_000, "b50", 1.0)  # b50 again: active, its old end no longer retires it
     assert "b50" not in index.retire(60) and "b50" in index.batches
+
+
+def test_after_five_takeovers_no_state_is_left_for_a_finished_batch() -> None:
+    """Issue 38: a batch fed to its end but not retired when its feeder handed over was
+    skipped by the next feeder's scan and never tombstoned: state entries piled up with
+    every takeover. Here each feeder feeds a small batch whole while an old one pins the
+    committed offset, commits (state and offset as the mover writes them), and hands
+    over; after five, everything is fed and the state topic (folded) holds nothing."""
+    state: dict[str, int] = {}  # the compacted state topic: batch -> fed_to
+    committed = 0
+    layout = "p" * 10  # the pinning batch, fed a record per feeder
+    for takeover in range(5):
+        layout += str(takeover) * 3  # a small batch published meanwhile
+        index = scanned(layout[committed:].rjust(len(layout), "."), PendingIndex(state, committed))
+        index.fed("p", index.cursor("p"))
+        for offset in range(index.cursor(str(takeover)), len(layout)):
+            index.fed(str(takeover), offset)
+        committed = index.low_water()
+        state.update({b: index.fed_to[b] for b in ("p", str(takeover))})
+        for gone in index.retire(committed):
+            del state[gone]
+        assert committed < len(layout)  # p pins it: the small batch is not retired yet
+        assert str(takeover) in state
+    index = scanned(layout[committed:].rjust(len(layout), "."), PendingIndex(state, committed))
+    while "p" in index.batches:
+        index.fed("p", index.cursor("p"))
+    for gone in index.retire(index.low_water()):
+        del state[gone]
+    assert state == {}
+
+
+def test_state_below_where_a_feeder_starts_is_retired_at_its_first_commit() -> None:
+    index = PendingIndex({"old": 40, "live": 90}, start=50)
+    assert index.retire(index.low_water()) == ["old"]
+    assert index.fed_to == {"live": 90}
