@@ -68,6 +68,7 @@ from worker.engines.remote.bodies import (
     embeddings_call,
     request_call,
 )
+from worker.engines.remote.failures import FailureLog
 from worker.engines.remote.gate import waiting
 from worker.engines.remote.packing import embedding_input, pack, request_input, unpack
 from worker.engines.remote.stats import RemoteCollector, RemoteStats, outcome_of_status
@@ -114,6 +115,7 @@ class RemoteEngine(InFlightEngine):
         self._held_tokens = 0
         self._done = Finished(self._cond)  # finished, not collected yet
         self._stats = RemoteStats()
+        self._failures = FailureLog(r.base_url)
         self._gate_closed = False
         self._rtt_s = 1.0  # request time, smoothed; what one round trip of the window takes
         self._failure: BaseException | None = None
@@ -321,14 +323,17 @@ class RemoteEngine(InFlightEngine):
                 outcome, overloaded, last = "connection", False, f"connection failed: {exc!r}"
             except (TooLarge, httpx.HTTPError) as exc:  # the answer itself is broken
                 self._count("too_large" if isinstance(exc, TooLarge) else "unreadable")
+                self._failures.failed("unreadable", _broken(exc), given_up=True)
                 return Completion.failed(key, ErrorCode.ENGINE_FAILED, _broken(exc), 0)
             else:
                 if status == 200:
+                    self._failures.answered()
                     return self._answered(key, call, body, sent)
                 outcome, overloaded = outcome_of_status(status), status in OVERLOADED
                 last = f"HTTP {status}: {_server_message(body)}"
                 if status not in RETRYABLE:
                     self._count(outcome)
+                    self._failures.failed(outcome, last, given_up=True)
                     code = (
                         ErrorCode.INVALID_PARAMETER
                         if 400 <= status < 500
@@ -348,6 +353,7 @@ class RemoteEngine(InFlightEngine):
                     self._window.on_overload(sent, time.monotonic())
                 if not give_up:
                     self._stats.retries += 1
+            self._failures.failed(outcome, last, given_up=give_up)
             if give_up:
                 why = "" if attempt >= r.max_retries else f" ({LATE.format(self._budget_s)})"
                 message = f"the server failed {attempt + 1} attempts{why}; the last: {last}"
