@@ -12,10 +12,13 @@ state topic notes how many records librdkafka still held undelivered at that mom
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import replace
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from batcher.fairshare import FairShare
@@ -139,3 +142,49 @@ def test_hostile_pending_records_and_a_batch_that_raises_stop_no_other_batch(
     (evil,) = [s for s in stops if s.batch_id == "evil"]
     assert evil.code == ErrorCode.BATCH_QUARANTINED
     assert "RuntimeError: injected fault" in evil.message
+
+
+def _fed_alone(config: Config, registry: CollectorRegistry, count: int) -> None:
+    """``count`` requests submitted and moved by a feeder alone (no worker)."""
+    Client(config).submit(lines("t", count), key="t")
+    feeder = Feeder(config, registry)
+    feeder.start()
+    try:
+        read_topic(config, config.kafka.requests_topic, count, timeout_s=120)
+        deadline = time.monotonic() + 60  # the trim's outcome is read at the next step
+        while registry.get_sample_value("batchpipe_feeder_trim_supported") is None:
+            assert time.monotonic() < deadline, "no trim outcome reported within 60 s"
+            time.sleep(0.2)
+    finally:
+        feeder.stop()
+
+
+@pytest.mark.skipif(
+    bool(os.environ.get("KAFKA_BOOTSTRAP")), reason="the embedded broker's behaviour"
+)
+def test_on_the_embedded_broker_trimming_is_reported_unsupported(kafka_config: Config) -> None:
+    """Tansu 0.6 closes the connection on DeleteRecords: the feeder says so (metric 0,
+    a warning) and goes on feeding; the pending topic then keeps every record."""
+    config = replace(kafka_config, scheduling=replace(kafka_config.scheduling, fair=True))
+    registry = CollectorRegistry()
+    _fed_alone(config, registry, 50)
+    assert registry.get_sample_value("batchpipe_feeder_trim_supported") == 0
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KAFKA_BOOTSTRAP"), reason="needs a broker with DeleteRecords"
+)
+def test_the_pending_topics_low_watermark_advances_as_batches_are_fed(
+    kafka_config: Config,
+) -> None:
+    config = replace(kafka_config, scheduling=replace(kafka_config.scheduling, fair=True))
+    registry = CollectorRegistry()
+    _fed_alone(config, registry, 50)
+    assert registry.get_sample_value("batchpipe_feeder_trim_supported") == 1
+    consumer = clients.consumer(config.kafka)
+    try:
+        partition = TopicPartition(pending_topic(config.kafka.requests_topic), 0)
+        low, _ = consumer.get_watermark_offsets(partition, timeout=30)
+    finally:
+        consumer.close()
+    assert low >= 50

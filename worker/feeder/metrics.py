@@ -40,6 +40,16 @@ class FeederMetrics:
             "Records of quarantined batches that could not be read back from the pending topic.",
             registry=registry,
         )
+        self._trim_supported = Gauge(
+            "batchpipe_feeder_trim_supported",
+            "0 once the broker refused to delete records: the pending topic is not trimmed.",
+            registry=registry,
+        )
+        self._trimmed = Gauge(
+            "batchpipe_feeder_trimmed_offset",
+            "Records of the pending partition below this offset were fed and deleted.",
+            registry=registry,
+        )
         self._owner = Gauge(
             "batchpipe_feeder_owner",
             "1 while this worker's feeder holds the pending partition (one per fleet).",
@@ -62,3 +72,7 @@ class FeederMetrics:
     def quarantined(self, batches: int, abandoned: int) -> None:
         self._quarantined.inc(batches)
         self._abandoned.inc(abandoned)
+
+    def trimmed(self, supported: bool, offset: int) -> None:
+        self._trim_supported.set(1 if supported else 0)
+        self._trimmed.set(offset)

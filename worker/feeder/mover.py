@@ -43,6 +43,7 @@ from worker.feeder.naming import pending_topic, state_topic
 from worker.feeder.plan import Planner, Step
 from worker.feeder.readahead import ReadAhead
 from worker.feeder.stops import Drain
+from worker.feeder.trim import Trim
 from worker.kafka import clients
 from worker.kafka.consumer import KafkaConsumer, resume_points
 
@@ -81,6 +82,7 @@ class Mover:
         )
         self._alive_sent, self._alive = 0.0, b""
         self._undelivered = 0  # slice records the broker refused in this step
+        self.trim = Trim(clients.admin(k), self._pending, metrics.trimmed)
         self._offsets = clients.consumer(k)  # the worker group's, for its committed offsets
         topics = self._offsets.list_topics(self._requests, timeout=TIMEOUT_S).topics
         partitions = len(topics[self._requests].partitions)
@@ -109,6 +111,7 @@ class Mover:
         """Move what fair share chooses and the depth allows; returns how many moved."""
         room = self.depth.room()
         self._metrics.depth(self.depth.depth, self.depth.limit)
+        self.trim.poll()
         step = self.planner.plan(room, STEP_MAX)  # stopped batches: outside shares and depth
         if not step.slices and not step.stops and not step.abandoned:
             if self._alive_due():  # idle or full: serve still sees a feeder
@@ -151,6 +154,7 @@ class Mover:
         p.send_offsets_to_transaction(offsets, self._scan.consumer_group_metadata(), TIMEOUT_S)
         p.commit_transaction(TIMEOUT_S)
         p.poll(0)
+        self.trim.committed(low)  # everything below it was fed: the broker may delete it
 
     def _count_partitions(self) -> int:
         topics = self._offsets.list_topics(self._requests, timeout=5.0).topics

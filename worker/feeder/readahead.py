@@ -20,8 +20,11 @@ only). Every record kept, by the scan or a refill, counts against it. A refill k
 least one slice of its own batch over the budget, evicting the least recently used other
 batches' buffers first (LRU: a batch's buffer is used when it is taken from or refilled),
 so the feeder always progresses and holds at most the budget plus one slice. A slice is
-also capped at the budget's share of one batch (:meth:`ReadAhead.slice_cap`), so a round
-of fair share over every active batch fits the budget and one sweep serves it.
+also capped at the budget's share of one active batch (:meth:`ReadAhead.slice_cap`), a
+sweep keeps no more than that share of any other batch, and a new sweep starts at the
+earliest next record of the batches short of their share (within what the budget
+holds): a round of fair share over every active batch then fits the budget and one
+sweep serves it, instead of each batch seeking back alone.
 
 Invariants:
 
@@ -220,13 +223,14 @@ class ReadAhead:
             self._whole.add(batch_id)  # every indexed record of it is kept
 
     def _refill(self, batch_id: str, slice_: int) -> deque[Message]:
-        """Sweep the partition from ``batch_id``'s next record not kept until it has up to
-        :data:`READ_AHEAD` records (at least ``slice_`` of them, budget or not), handing
-        what else the sweep reads to the batches it is next for."""
+        """Sweep the partition until ``batch_id`` has its share of the budget (at least
+        ``slice_`` records, budget or not), handing what else the sweep reads to the
+        batches it is next for, each up to its share."""
         kept = self._kept.setdefault(batch_id, deque())
-        want = min(READ_AHEAD, self._index.batches[batch_id].count)
+        share = self._share()
+        want = min(max(share, slice_), self._index.batches[batch_id].count)
         at_least = min(want, slice_)
-        self._position(batch_id)
+        self._position(batch_id, share)
         deadline = time.monotonic() + READ_TIMEOUT_S
         while len(kept) < want:
             if not self._unread:
@@ -245,7 +249,7 @@ class ReadAhead:
             if len(kept) >= at_least and self._bytes + _size(m) > READ_AHEAD_BYTES:
                 break  # its slice is kept and the budget is spent: the next sweep reads m
             owner = batch_of(headers_of(m))
-            if not self._hand(owner, m, offset, batch_id, len(kept) < at_least):
+            if not self._hand(owner, m, offset, batch_id, len(kept) < at_least, share):
                 if owner == batch_id:
                     break  # its slice is kept and the budget is spent: m is read next
                 self._missed.add(owner)  # its later records are not its next in this sweep
@@ -254,9 +258,12 @@ class ReadAhead:
             raise FeederError(f"{batch_id}: none of its records read back")
         return kept
 
-    def _hand(self, owner: str, m: Message, offset: int, refilled: str, must: bool) -> bool:
+    def _hand(
+        self, owner: str, m: Message, offset: int, refilled: str, must: bool, share: int
+    ) -> bool:
         """Keep ``m`` for ``owner`` if it is that batch's next record not kept; False when
-        it was not kept for want of room (``must``: the refilled batch's slice, kept)."""
+        it was not kept for want of room: the budget, or ``share`` records kept of a batch
+        other than the one refilled (``must``: the refilled batch's slice, kept)."""
         batch = self._index.batches.get(owner)
         if batch is None or owner in self._whole or owner in self._missed:
             return True  # done with, every record of it kept (the scan appends), or missed
@@ -268,7 +275,8 @@ class ReadAhead:
             return True  # not its next (fed or kept, or one before it was not read)
         kept = self._kept.setdefault(owner, deque())
         size = _size(m)
-        room = len(kept) < READ_AHEAD and self._bytes + size <= READ_AHEAD_BYTES
+        limit = READ_AHEAD if owner == refilled else share
+        room = len(kept) < limit and self._bytes + size <= READ_AHEAD_BYTES
         if not room and owner == refilled and must:
             self._evict(owner, size)
             room = True
@@ -280,19 +288,37 @@ class ReadAhead:
             self._touch(owner)
         return True
 
-    def _position(self, batch_id: str) -> None:
-        """Have the sweep continue, or seek, so that it reads ``batch_id``'s next record."""
+    def _share(self) -> int:
+        """The records a sweep keeps of a batch other than the one it refills: the budget's
+        share of one active batch, so one sweep serves a round of them all."""
+        return min(READ_AHEAD, self.slice_cap(len(self._index.batches)))
+
+    def _position(self, batch_id: str, share: int) -> None:
+        """Have the sweep continue, or seek, so that it reads ``batch_id``'s next record;
+        a new sweep starts at the earliest next record, within what the budget holds
+        before it, of the batches holding less than ``share``, so that it serves them
+        too instead of each seeking back alone."""
         expected = self._expect(batch_id)
         assert expected is not None  # its buffer ran dry while records of it wait
         target = expected[0]
         at = _offset(self._unread[0]) if self._unread else self._reader_at
         if (
-            batch_id in self._missed
-            or at < 0
-            or not self._sweep_start <= target <= at + GAP_SEEK
-            or at > target
+            batch_id not in self._missed
+            and at >= 0
+            and self._sweep_start <= target <= at + GAP_SEEK
+            and at <= target
         ):
-            self._seek(target)
+            return
+        records, size = self._seen
+        back = int(READ_AHEAD_BYTES / max(size / records if records else 1.0, 1.0))
+        start = target
+        for other in self._index.batches:
+            if other in self._whole or len(self._kept.get(other, ())) >= share:
+                continue
+            found = self._expect(other)
+            if found is not None and target - back <= found[0] < start:
+                start = found[0]
+        self._seek(start)
 
     def _fetch(self) -> None:
         for m in self._reader.consume(FETCH, timeout=0.1):
