@@ -18,6 +18,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ from batchpipe.client import (
     Client,
     CollectTimeoutError,
 )
+from batchpipe.fleet import ModelNotServedError, not_served, served_models
 from batchpipe.progress import make_progress
 from batchpipe.reach import bootstrap_source, check_broker, quiet_clients
 from worker.config import Config, ConfigError, load_config
@@ -432,6 +434,8 @@ def _broker(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from worker.engines.factory import create_engine, resolve_kind
+    from worker.obs.announce import Announcer
     from worker.obs.logs import setup_logging
     from worker.service import run_worker
 
@@ -441,7 +445,17 @@ def _worker(args: argparse.Namespace) -> int:
         raise ConfigError(f"invalid configuration:\n  {misrouted}")
     fmt = args.log_format or config.worker.log_format
     setup_logging(config.worker.log_level, fmt)
-    return run_worker(config)
+    # the engine is made here so that the model it serves is announced to the fleet
+    # (GET /v1/models, submit's model check) under the id the worker runs with
+    worker_id = config.worker.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+    config = replace(
+        config,
+        engine=resolve_kind(config.engine),
+        worker=replace(config.worker, worker_id=worker_id),
+    )
+    engine = create_engine(config.engine, config.batching)
+    with Announcer(config, worker_id, engine.model_name, engine.endpoints):
+        return run_worker(config, engine)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -488,6 +502,9 @@ def _submit(args: argparse.Namespace) -> int:
     for model in scan.models:
         client.routing.topic_for(model)
     _reach(args, client)
+    refused = not_served(scan.models, served_models(client.config.kafka))
+    if refused is not None:  # every line would fail in the workers
+        raise ModelNotServedError(f"{args.file}: {refused}; nothing was published")
     receipt = client.publish_file(
         args.file, scan.total, args.batch_id, scan.models, weight=args.weight, key=args.key
     )

@@ -30,7 +30,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from batchpipe.api import batches, files, retry
+from batchpipe.api import batches, files, models, retry
 from batchpipe.api.auth import LOCAL_OWNER, Keys
 from batchpipe.api.console import console_router
 from batchpipe.api.context import Services, file_limits
@@ -43,6 +43,7 @@ from batchpipe.api.state import KafkaUnavailable, StaleRecord, StateTopic
 from batchpipe.api.store import open_store
 from batchpipe.api.webhooks.endpoints import load_endpoints
 from batchpipe.api.webhooks.service import Webhooks
+from batchpipe.fleet import FleetModels
 from worker import __version__
 from worker.config import Config
 
@@ -62,6 +63,8 @@ def _start(config: Config, keys: Keys) -> Services:
     store = open_store(config.api)
     metrics = ApiMetrics()
     webhooks = Webhooks(config, metrics.registry, _owners(keys))
+    fleet = FleetModels(config.kafka)
+    fleet.start()
     svc = Services(
         config=config,
         keys=keys,
@@ -70,6 +73,7 @@ def _start(config: Config, keys: Keys) -> Services:
         lifecycle=Lifecycle(config, state, store, file_limits(config.api)),
         metrics=metrics,
         webhooks=webhooks,
+        fleet=fleet,
     )
     svc.lifecycle.start()
     webhooks.start()
@@ -97,6 +101,8 @@ def create_app(
             if svc.webhooks is not None:
                 svc.webhooks.close()
             svc.lifecycle.close()
+            if svc.fleet is not None:
+                svc.fleet.close()
             svc.state.close()
             probe_pool.shutdown(wait=False, cancel_futures=True)
 
@@ -111,6 +117,7 @@ def create_app(
     app.include_router(files.router)
     app.include_router(batches.router)
     app.include_router(retry.router)
+    app.include_router(models.router)
     app.include_router(console_router(config.api, open_mode=keys.open))
     app.add_middleware(Guard, limit=body_limit(config.api), open=keys.open)
 

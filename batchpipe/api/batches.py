@@ -1,18 +1,18 @@
-"""``/v1/batches``: create, retrieve, list (newest first) and cancel batches.
-
-A batch is created from an uploaded file of the caller's (purpose ``batch``) for one of
-the endpoints batchpipe serves, with ``completion_window`` ``24h`` and at most 16
+"""``/v1/batches``: create, retrieve, list (newest first) and cancel batches. A batch is
+created from an uploaded file of the caller's (purpose ``batch``) for one of the
+endpoints batchpipe serves, with ``completion_window`` ``24h`` and at most 16
 ``metadata`` pairs (keys up to 64 characters, values up to 512), as OpenAI takes them. It
 starts ``validating``; :mod:`batchpipe.api.lifecycle` takes it from there. When the
 server routes models (``kafka.routes``), a file whose model has no route is refused with
-400 naming the model: no worker group would ever answer it. Every field of a wrong type
-is a 400 naming it; the body must be ``application/json`` (415) and at most
-:data:`~batchpipe.api.guard.MAX_JSON_BYTES` (413), and a body nested too deeply to parse
-is a 400. The batch is written under its input file's lock (:meth:`StateTopic.guard`),
-so a concurrent deletion of the file either comes first (404) or sees the batch (409),
-and so does the sweep of an expired file. ``output_expires_after`` sets how long its
-output and error files live (:mod:`batchpipe.api.retention`); an expired input file is
-a 404, as a deleted one.
+400 naming the model: no worker group would ever answer it; so is a file whose model no
+live worker announces while others do (:mod:`batchpipe.fleet`), naming the models served.
+Every field of a wrong type is a 400 naming it; the body must be ``application/json``
+(415) and at most :data:`~batchpipe.api.guard.MAX_JSON_BYTES` (413), and a body nested
+too deeply to parse is a 400. The batch is written under its input file's lock
+(:meth:`StateTopic.guard`), so a concurrent deletion of the file either comes first (404)
+or sees the batch (409), and so does the sweep of an expired file.
+``output_expires_after`` sets how long its output and error files live
+(:mod:`batchpipe.api.retention`); an expired input file is a 404, as a deleted one.
 
 Cancel: ``validating`` and ``in_progress`` become ``cancelling``; ``cancelling`` answers
 the batch as it is (a retried cancel is safe); a batch that is finalizing or has ended is
@@ -38,6 +38,7 @@ from batchpipe.api.records import ENDPOINTS, BatchRecord, Counts
 from batchpipe.api.retention import expired, expires_after
 from batchpipe.api.weights import WEIGHT_METADATA, batch_weight
 from batchpipe.collect import new_batch_id
+from batchpipe.fleet import not_served
 from worker.routing import UnroutedModelError
 
 router = APIRouter()
@@ -128,6 +129,10 @@ def _batch_of(
         svc.routing.topic_for(file.model)
     except UnroutedModelError as exc:
         raise bad_request(str(exc), "input_file_id", "model_not_found") from exc
+    if svc.fleet is not None:
+        refused = not_served([file.model], svc.fleet.served())
+        if refused is not None:  # no worker would answer it: every line would fail
+            raise bad_request(refused, "input_file_id", "model_not_found")
     created = time.time()
     tokens, refusal = _token_check(svc, file_id, who)
     batch = BatchRecord(

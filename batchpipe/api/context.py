@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from batchpipe.api.lifecycle import Lifecycle
     from batchpipe.api.metrics import ApiMetrics
     from batchpipe.api.webhooks.service import Webhooks
+    from batchpipe.fleet import FleetModels
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Services:
     lifecycle: Lifecycle
     metrics: ApiMetrics
     webhooks: Webhooks | None = None  # None: the unit tests' in-memory server
+    fleet: FleetModels | None = None  # the models the workers announce; None: unknown
 
     @property
     def limits(self) -> FileLimits:

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from tests import ROOT
@@ -119,3 +120,29 @@ def worker(
             process.send_signal(signal.SIGTERM)
         code = process.wait(60)
     assert code == 0, f"worker exited {code}"
+
+
+@contextmanager
+def serving(
+    config: Path, port: int, env: Mapping[str, str], cwd: Path = ROOT
+) -> Iterator[subprocess.Popen[str]]:
+    """``batchpipe serve -c CONFIG`` (listening on ``port``, as the config says) once its
+    /readyz answers 200; stopped at the end of the block unless the test stopped it."""
+    process = subprocess.Popen(
+        [*BATCHPIPE, "serve", "-c", str(config)], cwd=cwd, env=dict(env), text=True
+    )
+
+    def ready() -> bool:
+        assert process.poll() is None, "serve exited"
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(ready, 120, "serve ready")
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(60)

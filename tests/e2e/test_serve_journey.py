@@ -12,17 +12,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 from openai import OpenAI
 
 from bench.openai_standin import StandIn
 from tests.e2e.cli import (
-    BATCHPIPE,
     EXAMPLES,
     ROOT,
     clean_env,
     run,
+    serving,
     wait_until,
     worker,
     write_config,
@@ -61,24 +60,10 @@ def fleet(broker: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fle
     cwd = tmp / "cwd"
     cwd.mkdir()
     env = clean_env(BATCHPIPE_API_KEYS=KEY, HOME=str(tmp / "home"))
-    serve = subprocess.Popen([*BATCHPIPE, "serve", "-c", str(config)], cwd=cwd, env=env, text=True)
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        assert serve.poll() is None, "serve exited"
-        try:
-            return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(ready, 120, "serve ready")
     try:
-        with worker(config, env=env):
-            yield Fleet(config, url, cwd, env, serve)
+        with serving(config, port, env, cwd) as serve, worker(config, env=env):
+            yield Fleet(config, f"http://127.0.0.1:{port}", cwd, env, serve)
     finally:
-        if serve.poll() is None:
-            serve.send_signal(signal.SIGTERM)
-            serve.wait(60)
         standin.stop()
 
 
