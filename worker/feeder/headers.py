@@ -25,6 +25,7 @@ A batch id or key longer than :data:`MAX_ID_CHARS` makes the record headerless (
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -112,24 +113,29 @@ def scheduled_as(
     one out of range as the nearest bound; tokens as the module doc says.
     """
     charging = charging or Charging()
-    batch_id, weight, key, raw_tokens = "", 1.0, "", ""
+    raw_batch: str | bytes | None = None
+    raw_key: str | bytes | None = None
+    raw_weight: str | bytes | None = None
+    raw_tokens: str | bytes | None = None
     pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
-    for name, value_ in pairs:
-        raw = _text(value_)
+    for name, value_ in pairs:  # the last of each wins; the others are not decoded
         if name == BATCH_HEADER:
-            batch_id = raw
+            raw_batch = value_
         elif name == KEY_HEADER:
-            key = raw
+            raw_key = value_
         elif name == WEIGHT_HEADER:
-            weight = _weight(raw)
+            raw_weight = value_
         elif name == TOKENS_HEADER:
-            raw_tokens = raw
+            raw_tokens = value_
+    batch_id, key = _text(raw_batch), _text(raw_key)
     if len(batch_id) > MAX_ID_CHARS or len(key) > MAX_ID_CHARS:
         batch_id, key = "", ""
+    weight = _weight(raw_weight) if raw_weight is not None else 1.0
     floor, estimate, ceiling = charging.bounds(value)
     tokens = estimate
-    if 0 < len(raw_tokens) <= MAX_NUMBER_CHARS and raw_tokens.isascii() and raw_tokens.isdigit():
-        tokens = min(ceiling, max(floor, int(raw_tokens)))
+    digits = _text(raw_tokens) if raw_tokens is not None else ""
+    if 0 < len(digits) <= MAX_NUMBER_CHARS and digits.isascii() and digits.isdigit():
+        tokens = min(ceiling, max(floor, int(digits)))
     return Scheduled(batch_id, weight, key, tokens)
 
 
@@ -163,10 +169,11 @@ def _text(value: str | bytes | None) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else ""
 
 
-def _weight(raw: str) -> float:
+@functools.lru_cache(maxsize=1024)  # a batch's records carry one weight: parsed once
+def _weight(raw: str | bytes) -> float:
     if len(raw) > MAX_NUMBER_CHARS:
         return 1.0
     try:
-        return clamp_weight(float(raw))
+        return clamp_weight(float(_text(raw)))
     except ValueError:  # not a number, or nan
         return 1.0
