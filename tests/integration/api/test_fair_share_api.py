@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+import openai
 import pytest
 from openai import OpenAI
 
@@ -126,3 +127,30 @@ def test_bob_within_a_quarter_of_alice_with_the_defaults(
     assert config.scheduling.fair  # the default, as a new user gets it
     with serve(config) as server, running_worker(config):
         _race(sdk(server), sdk(server, "sk-bob"), tmp_path, 2_000, timeout_s=300, share=0.25)
+
+
+def test_a_weight_below_the_floor_is_refused_and_another_key_runs(
+    api_config: Config, serve: Serve, tmp_path: Path
+) -> None:
+    """Issue 38: ``batchpipe_weight: "1e-308"`` passed create and crash-looped every feeder
+    of the fleet on OverflowError; another key's 20-line batch then ended failed after
+    180 s. Through the SDK with the defaults: each such weight is a 400 naming the field,
+    and bob's batch completes."""
+    config = replace(api_config, engine=replace(api_config.engine, kind="echo", model="echo"))
+    assert config.scheduling.fair  # the default
+    with serve(config) as server, running_worker(config):
+        alice, bob = sdk(server), sdk(server, "sk-bob")
+        uploaded = alice.files.create(
+            file=batch_file(tmp_path / "alice.jsonl", 5, "alice").open("rb"), purpose="batch"
+        )
+        for tiny in ("1e-308", "1e-305", "5e-324"):
+            with pytest.raises(openai.BadRequestError) as refused:
+                alice.batches.create(
+                    input_file_id=uploaded.id,
+                    endpoint="/v1/chat/completions",
+                    completion_window="24h",
+                    metadata={"batchpipe_weight": tiny},
+                )
+            assert refused.value.param == "metadata.batchpipe_weight", refused.value
+        bob_id = _create(bob, batch_file(tmp_path / "bob.jsonl", 20, "bob"))
+        assert wait_for(bob, bob_id, _ENDED, 120).status == "completed"
