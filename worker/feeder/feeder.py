@@ -83,10 +83,15 @@ class Feeder:
                 on_revoke=self._on_revoke,
                 on_lost=self._on_revoke,
             )
+            paused = False
             while not self._stop.is_set():
                 mover = self._mover
                 busy = mover is not None and len(mover.fair) > 0
-                records = self._scan_turn(scan, 0.0 if busy else IDLE_POLL_S)
+                full = mover is not None and mover.index.full
+                if full != paused:  # the index's bound: scan again once feeding freed room
+                    (scan.pause if full else scan.resume)(scan.assignment())
+                    paused = full
+                records = self._scan_turn(scan, 0.0 if busy or paused else IDLE_POLL_S)
                 good = [m for m in records if _checked(m)]
                 mover = self._mover  # a rebalance inside consume may have changed it
                 if mover is not None:

@@ -43,6 +43,14 @@ class PendingBatch:
     popped: int = 0  # runs fed whole and gone: a run's number is popped + its position
 
 
+#: the most runs and active batches indexed: past either, the scan pauses until feeding
+#: frees some (a run costs about 120 bytes, a batch with its share about 600: together
+#: at most about 180 MiB whatever publishers write; 1,000 batches of 10,000 records in
+#: chunks of 20 are 500,000 runs)
+MAX_RUNS = 1_000_000
+MAX_BATCHES = 100_000
+
+
 class PendingIndex:
     """The unfed records of every batch, and what was fed (``fed_to``) per batch."""
 
@@ -54,6 +62,7 @@ class PendingIndex:
         self.finished: dict[str, int] = {}
         self._finished_order: list[tuple[int, str]] = []  # (end, batch id); stale ones too
         self.frontier = start  # the next offset to scan
+        self.runs = 0  # runs indexed, over every batch
         self._last_batch: str | None = None  # the batch of the record scanned last
         # a takeover: a batch fed up to or below where this index starts has no record
         # this feeder will scan, so it is finished and its state goes at the first commit
@@ -82,9 +91,17 @@ class PendingIndex:
             run.end, run.count = offset + 1, run.count + 1
         else:
             batch.runs.append(Run(offset, offset + 1, 1))
+            self.runs += 1
         batch.count += 1
         self._last_batch = batch_id
         return True
+
+    @property
+    def full(self) -> bool:
+        """Whether the scan should pause: the index holds :data:`MAX_RUNS` runs or
+        :data:`MAX_BATCHES` active batches (hostile or pathological layouts: a record
+        per batch, or publishers interleaved a record at a time)."""
+        return self.runs >= MAX_RUNS or len(self.batches) >= MAX_BATCHES
 
     def cursor(self, batch_id: str) -> int:
         """The offset of ``batch_id``'s next unfed record."""
@@ -102,6 +119,7 @@ class PendingIndex:
         if run.count == 0:
             batch.runs.popleft()
             batch.popped += 1
+            self.runs -= 1
             if batch.runs:
                 self.fed_to[batch_id] = batch.runs[0].start
         if not batch.runs:
@@ -117,6 +135,7 @@ class PendingIndex:
         if batch is None:
             return 0
         count = batch.count
+        self.runs -= len(batch.runs) - 1
         last = batch.runs[-1]
         self.batches[batch_id] = PendingBatch(batch_id, batch.weight, deque([last]), 1)
         last.start, last.count = last.end - 1, 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from worker.feeder import index as index_module
 from worker.feeder.index import PendingIndex, Run
 
 
@@ -108,3 +109,26 @@ def test_state_below_where_a_feeder_starts_is_retired_at_its_first_commit() -> N
     index = PendingIndex({"old": 40, "live": 90}, start=50)
     assert index.retire(index.low_water()) == ["old"]
     assert index.fed_to == {"live": 90}
+
+
+def test_the_index_is_full_at_its_bound_of_runs_and_frees_as_it_is_fed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(index_module, "MAX_RUNS", 4)
+    index = scanned("abab")  # a record per run: publishers interleaved one at a time
+    assert index.runs == 4 and index.full
+    index.fed("a", 0)
+    assert index.runs == 3 and not index.full
+    scanned("....c", index)
+    assert index.full
+    assert index.abandon("b") == 2 and index.runs == 2
+
+
+def test_the_index_is_full_at_its_bound_of_active_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(index_module, "MAX_BATCHES", 3)
+    index = scanned("abc")  # a hostile publisher: a batch a record
+    assert index.full
+    index.fed("b", 1)
+    assert not index.full
