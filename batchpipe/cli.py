@@ -21,6 +21,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -37,6 +38,7 @@ from batchpipe.client import (
     BatchStatus,
     Client,
     CollectTimeoutError,
+    SubmitReceipt,
 )
 from batchpipe.fleet import ModelNotServedError, not_served, served_models
 from batchpipe.progress import make_progress
@@ -128,6 +130,79 @@ def _since_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _submit_options(submit: argparse.ArgumentParser) -> None:
+    """What ``submit`` and ``run`` take to validate and publish a file."""
+    submit.add_argument(
+        "--batch-id",
+        metavar="ID",
+        help="batch id (default: a new batch_<unix_ms>_<hex>); submitting again with the "
+        "same id does not double-count: results are kept once per custom_id",
+    )
+    _route_option(submit, "nothing is published then")
+    submit.add_argument(
+        "--weight",
+        type=float,
+        metavar="W",
+        help="with scheduling.fair: this batch's share of the fleet against the other "
+        "active keys and its key's other batches, in (0, 1000] (default: "
+        "scheduling.weight, 1); without it the batch joins the requests topic's FIFO and a "
+        "weight is refused",
+    )
+    submit.add_argument(
+        "--key",
+        default="",
+        metavar="NAME",
+        help="with scheduling.fair: whose share this batch takes (a key's batches together "
+        'get one key\'s share; default: the unnamed key ""); refused without it',
+    )
+    limits = FileLimits()
+    submit.add_argument(
+        "--max-lines",
+        type=int,
+        default=limits.max_lines,
+        help=f"most requests in one file (default: {limits.max_lines})",
+    )
+    submit.add_argument(
+        "--max-file-bytes",
+        type=int,
+        default=limits.max_file_bytes,
+        help=f"largest file (default: {limits.max_file_bytes}, 500 MB)",
+    )
+    submit.add_argument(
+        "--max-line-bytes",
+        type=int,
+        default=limits.max_line_bytes,
+        help=f"largest line (default: {limits.max_line_bytes}, 6 MB)",
+    )
+    submit.add_argument(
+        "--mixed-models",
+        action="store_true",
+        help="allow several models in one file, each line published to its own model's "
+        "topic (default: one model per file; other lines are refused by line number)",
+    )
+
+
+def _output_options(parser: argparse.ArgumentParser) -> None:
+    """Where ``collect`` and ``run`` write a batch's answers."""
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="results file, '-' for stdout (default: <batch id>.output.jsonl)",
+    )
+    parser.add_argument(
+        "--errors", metavar="FILE", help="error lines file (default: <batch id>.errors.jsonl)"
+    )
+    parser.add_argument(
+        "--timeout",
+        metavar="S",
+        type=duration,
+        help="give up after this long (90, 90s, 15m, 2h), exit 124; the files keep what "
+        "arrived (default: wait until complete)",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="batchpipe",
@@ -199,59 +274,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     submit.add_argument("file", metavar="FILE.jsonl", type=Path, help="the batch file")
     submit.add_argument(
-        "--batch-id",
-        metavar="ID",
-        help="batch id (default: a new batch_<unix_ms>_<hex>); submitting again with the "
-        "same id does not double-count: results are kept once per custom_id",
-    )
-    submit.add_argument(
         "--topic",
         metavar="T",
         help="requests topic when no routes are set (default: kafka.requests_topic); "
         "refused together with routes",
     )
-    _route_option(submit, "nothing is published then")
-    submit.add_argument(
-        "--weight",
-        type=float,
-        metavar="W",
-        help="with scheduling.fair: this batch's share of the fleet against the other "
-        "active keys and its key's other batches, in (0, 1000] (default: "
-        "scheduling.weight, 1); without it the batch joins the requests topic's FIFO and a "
-        "weight is refused",
-    )
-    submit.add_argument(
-        "--key",
-        default="",
-        metavar="NAME",
-        help="with scheduling.fair: whose share this batch takes (a key's batches together "
-        'get one key\'s share; default: the unnamed key ""); refused without it',
-    )
-    limits = FileLimits()
-    submit.add_argument(
-        "--max-lines",
-        type=int,
-        default=limits.max_lines,
-        help=f"most requests in one file (default: {limits.max_lines})",
-    )
-    submit.add_argument(
-        "--max-file-bytes",
-        type=int,
-        default=limits.max_file_bytes,
-        help=f"largest file (default: {limits.max_file_bytes}, 500 MB)",
-    )
-    submit.add_argument(
-        "--max-line-bytes",
-        type=int,
-        default=limits.max_line_bytes,
-        help=f"largest line (default: {limits.max_line_bytes}, 6 MB)",
-    )
-    submit.add_argument(
-        "--mixed-models",
-        action="store_true",
-        help="allow several models in one file, each line published to its own model's "
-        "topic (default: one model per file; other lines are refused by line number)",
-    )
+    _submit_options(submit)
     submit.set_defaults(func=_submit)
 
     collect = commands.add_parser(
@@ -268,23 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument(
         "--batch-id", dest="batch_id_option", metavar="ID", help="the same as ID (older spelling)"
     )
-    collect.add_argument(
-        "-o",
-        "--output",
-        metavar="FILE",
-        help="results file, '-' for stdout (default: <batch id>.output.jsonl)",
-    )
-    collect.add_argument(
-        "--errors", metavar="FILE", help="error lines file (default: <batch id>.errors.jsonl)"
-    )
-    collect.add_argument(
-        "--timeout",
-        metavar="S",
-        type=duration,
-        help="give up after this long (90, 90s, 15m, 2h), exit 124; the files keep what "
-        "arrived (default: wait until complete)",
-    )
-    collect.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    _output_options(collect)
     collect.add_argument(
         "--topic", metavar="T", help="results topic (default: kafka.results_topic)"
     )
@@ -319,6 +331,48 @@ def build_parser() -> argparse.ArgumentParser:
     _route_option(status, "routes tell status which requests topics to look in")
     _since_option(status)
     status.set_defaults(func=_status)
+
+    run = commands.add_parser(
+        "run",
+        parents=[common],
+        help="submit a batch file, follow it with progress, write its results: one command",
+        description="batchpipe submit, then collect, in one command (as vllm run-batch -i "
+        "FILE -o OUT): validate and publish FILE, follow it with a progress bar on stderr "
+        "and write its completions to -o and its failures to --errors until every line is "
+        "answered. The batch id goes to stdout first, so an interrupted run can be "
+        "collected later (batchpipe collect ID). Needs running workers (batchpipe worker) "
+        "or batchpipe demo's; exit codes as submit and collect.",
+        formatter_class=_FORMATTER,
+    )
+    run.add_argument("file", metavar="FILE.jsonl", type=Path, help="the batch file")
+    _output_options(run)
+    _submit_options(run)
+    run.set_defaults(func=_run)
+
+    listing = commands.add_parser(
+        "list",
+        parents=[common],
+        help="the fleet's batches, newest first",
+        description="Every batch with a request or an answer on the topics in the "
+        "--last DURATION (default 24h, the completion window), newest first: id, state "
+        "(in_progress, completed, expired), answered of total, completed and failed, "
+        "submit time. Read from Kafka: batches of submit, run, the Python client and "
+        "serve alike.",
+        formatter_class=_FORMATTER,
+    )
+    listing.add_argument(
+        "--last",
+        metavar="DURATION",
+        type=duration,
+        default=DEFAULT_COMPLETION_WINDOW_S,
+        help="how far back to look (90s, 15m, 24h, 7d; default: 24h)",
+    )
+    listing.add_argument(
+        "--limit", type=int, default=20, metavar="N", help="show at most N (default: 20)"
+    )
+    listing.add_argument("--json", action="store_true", help="one JSON object, as the SDK's")
+    _route_option(listing, "routes tell list which requests topics to read")
+    listing.set_defaults(func=_list)
 
     serve = commands.add_parser(
         "serve",
@@ -479,7 +533,8 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(load(args), args.requests, args.out_dir)
 
 
-def _submit(args: argparse.Namespace) -> int:
+def _publish(args: argparse.Namespace) -> tuple[Client, SubmitReceipt]:
+    """Validate ``args.file`` and publish it (``submit``, ``run``)."""
     limits = FileLimits(
         max_lines=args.max_lines,
         max_file_bytes=args.max_file_bytes,
@@ -508,8 +563,35 @@ def _submit(args: argparse.Namespace) -> int:
     receipt = client.publish_file(
         args.file, scan.total, args.batch_id, scan.models, weight=args.weight, key=args.key
     )
-    print(receipt.batch_id, flush=True)
     print(f"submitted {receipt.total} requests from {args.file}", file=sys.stderr)
+    return client, receipt
+
+
+def _submit(args: argparse.Namespace) -> int:
+    _, receipt = _publish(args)
+    print(receipt.batch_id, flush=True)
+    return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    client, receipt = _publish(args)
+    print(receipt.batch_id, flush=True)
+    return _write_answers(args, client, receipt.batch_id, receipt.submitted_at)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from batchpipe.listing import format_listing, list_batches
+
+    client = _client(args)
+    found = list_batches(client, time.time() - args.last, DEFAULT_COMPLETION_WINDOW_S)
+    shown = found[: max(0, args.limit)]
+    if args.json:
+        doc = {"object": "list", "data": [b.to_dict() for b in shown]}
+        print(json.dumps(doc | {"has_more": len(found) > len(shown)}))
+    elif shown:
+        print(format_listing(shown))
+    else:
+        print(f"no batch in the last {args.last:g} s (--last widens it)", file=sys.stderr)
     return EXIT_OK
 
 
@@ -538,15 +620,20 @@ def _reach(args: argparse.Namespace, client: Client) -> None:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    batch_id = _batch_id(args)
+    batch_id = _batch_id(args)  # a usage error before the broker is asked
+    return _write_answers(args, _client(args), batch_id, args.since)
+
+
+def _write_answers(
+    args: argparse.Namespace, client: Client, batch_id: str, since: float | None
+) -> int:
+    """Write ``batch_id``'s answers as ``-o``/``--errors`` say until it is complete."""
     output: str | TextIO = args.output or f"{batch_id}.output.jsonl"
     errors: str = args.errors or f"{batch_id}.errors.jsonl"
     if output == "-":
         output = sys.stdout
     progress = make_progress(sys.stderr, batch_id, quiet=args.quiet)
-    status = _client(args).collect(
-        batch_id, output, errors, args.timeout, since=args.since, progress=progress
-    )
+    status = client.collect(batch_id, output, errors, args.timeout, since=since, progress=progress)
     if not args.quiet:
         where = "stdout" if output is sys.stdout else output
         print(

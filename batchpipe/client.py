@@ -131,6 +131,11 @@ class Client:
         self.routing = RoutingTable.from_kafka(config.kafka)
         self._codec_limits = CodecLimits.from_config(config.limits)
 
+    @property
+    def codec_limits(self) -> CodecLimits:
+        """The limits records are decoded under (``limits``)."""
+        return self._codec_limits
+
     # -- submit ---------------------------------------------------------------------
 
     def submit(
@@ -363,7 +368,7 @@ class Client:
 
     def _answered(self, tally: BatchTally, since: float | None) -> Iterator[InferenceResult]:
         """The batch's answers on the results topic, read to its end (none without it)."""
-        reader = self._reader(self.config.kafka.results_topic, since)
+        reader = self.reader(self.config.kafka.results_topic, since)
         if reader is None:
             return
         consumer, partitions = reader
@@ -374,8 +379,9 @@ class Client:
         finally:
             consumer.close()
 
-    def _reader(self, topic: str, since: float | None) -> tuple[Consumer, int] | None:
-        """:func:`~batchpipe.collect.open_reader` of ``topic``; None when there is no such
+    def reader(self, topic: str, since: float | None) -> tuple[Consumer, int] | None:
+        """A reader of every partition of ``topic`` from ``since`` (unix seconds; None: the
+        beginning), as :func:`~batchpipe.collect.open_reader`; None when there is no such
         topic."""
         try:
             return open_reader(self.config.kafka, topic, since)
@@ -388,7 +394,8 @@ class Client:
         kafka = self.config.kafka
         return BatchNotFoundError(
             f"no request or result of batch {batch_id!r} on "
-            f"{' / '.join(self.routing.topics)} / {kafka.results_topic}: is the id right?"
+            f"{' / '.join(self.routing.topics)} / {kafka.results_topic}: is the id right? "
+            "(batchpipe list shows the recent batches)"
         )
 
     def _first_request(self, batch_id: str, since: float | None) -> InferenceRequest | None:
@@ -398,7 +405,7 @@ class Client:
         # own scheduling.fair says, since its publisher may have had the other setting
         topics = [*self.routing.topics, *(pending_topic(t) for t in self.routing.topics)]
         for topic in topics:
-            reader = self._reader(topic, since)
+            reader = self.reader(topic, since)
             if reader is None:
                 continue  # a route nothing was ever published to
             consumer, partitions = reader
