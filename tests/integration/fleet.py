@@ -105,6 +105,14 @@ class Fleet:
         member.process.send_signal(signal.SIGKILL)
         member.process.wait(30)
 
+    def pause(self, member: Member) -> None:
+        """SIGSTOP ``member``: frozen, as in a long GC pause; its heartbeats stop too."""
+        member.process.send_signal(signal.SIGSTOP)
+
+    def resume(self, member: Member) -> None:
+        """SIGCONT ``member`` after :meth:`pause`."""
+        member.process.send_signal(signal.SIGCONT)
+
     def restart(self, member: Member, *sets: str) -> Member:
         """Kill ``member`` and start its replacement, as an orchestrator restarts a pod."""
         self.kill(member)
@@ -166,6 +174,11 @@ def fleet(config_path: Path) -> Iterator[Fleet]:
 def busy(metrics: Metrics) -> bool:
     """The worker holds requests it has not answered yet (a batch is running or queued)."""
     return metrics.get("batchpipe_inflight_requests", 0.0) > 0
+
+
+def assignments(metrics: Metrics) -> float:
+    """How many assignments the worker has served."""
+    return metrics.get('batchpipe_rebalances_total{kind="assign"}', 0.0)
 
 
 def assigned(metrics: Metrics) -> bool:

@@ -133,6 +133,30 @@ def drain(consumer: Consumer, timeout_s: float, count: float = math.inf) -> list
     return records
 
 
+def read_whole(
+    config: Config, topic: str, at_least: int, quiet_s: float = 2.0, timeout_s: float = 60
+) -> list[Message]:
+    """Every record of ``topic`` a read_committed reader finds: at least ``at_least``, then
+    read on until nothing more came for ``quiet_s`` (a repeat beyond the first copies is
+    counted too), or fail after ``timeout_s``."""
+    consumer = reader(config, topic)
+    records: list[Message] = []
+    deadline = time.monotonic() + timeout_s
+    quiet_since = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            batch = [m for m in consumer.consume(500, timeout=0.2) if m.error() is None]
+            now = time.monotonic()
+            if batch:
+                records += batch
+                quiet_since = now
+            elif len(records) >= at_least and now - quiet_since >= quiet_s:
+                return records
+    finally:
+        consumer.close()
+    raise AssertionError(f"{topic}: {len(records)} records, not {at_least}, in {timeout_s} s")
+
+
 def read_topic(config: Config, topic: str, count: int, timeout_s: float = 60) -> list[Message]:
     """``count`` records from ``topic`` (from the beginning), or fail after ``timeout_s``."""
     records = drain(reader(config, topic), timeout_s, count)

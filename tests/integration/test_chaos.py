@@ -19,7 +19,14 @@ import pytest
 from tests.integration.chaos_report import ChaosReport
 from tests.integration.fleet import Fleet, Member, assigned, busy, fleet
 from tests.integration.harness import ResultWatcher, publish, write_config
-from tests.integration.scenario import EXIT_GRACE_S, conclude, merged, paced, requests
+from tests.integration.scenario import (
+    EXIT_GRACE_S,
+    KILLED_ON_TANSU,
+    conclude,
+    merged,
+    paced,
+    requests,
+)
 from worker.config import Config
 
 pytestmark = pytest.mark.integration
@@ -157,6 +164,7 @@ def test_chaos_engine_hang_restarted_on_failed_liveness(
                 chaos_report,
                 tmp_path,
                 answer_bound_s=120,
+                raw_duplicates_because=KILLED_ON_TANSU,
             )
     finally:
         watcher.close()
@@ -194,6 +202,7 @@ def test_sigkill_three_times_loses_nothing(
                 chaos_report,
                 tmp_path,
                 answer_bound_s=180,
+                raw_duplicates_because=KILLED_ON_TANSU,
             )
     finally:
         watcher.close()
@@ -230,6 +239,7 @@ def test_a_worker_killed_for_good_holds_no_reader_back(
                 chaos_report,
                 tmp_path,
                 answer_bound_s=KILLED_FOR_GOOD_BOUND_S,
+                raw_duplicates_because=KILLED_ON_TANSU,
             )
     finally:
         watcher.close()

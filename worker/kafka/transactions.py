@@ -23,9 +23,15 @@ rebalance, so a worker that dies for good has its transaction aborted by the nex
 
 On a broker that completes a transaction only once every transaction overlapping it on a
 results partition has ended (Tansu, ``txn_end`` in its ``dynostore.rs``), the last
-transaction of a worker that falls idle can wait on another worker's for good; a worker
-that committed answers and then has none to commit ends one more transaction, holding
-only the offsets it already committed (a no-op on Apache Kafka).
+transaction of a worker that falls idle can wait on another worker's for good. It is
+completed by its producer's next transaction once the overlapping ones have ended, which
+the worker cannot see; so a worker that committed answers and then has none to commit
+*settles*: it ends offsets-only transactions, holding only the offsets it already
+committed (a no-op on Apache Kafka), at once and then after :data:`SETTLE_FIRST_S`
+doubling to :data:`SETTLE_MAX_GAP_S`, for :data:`SETTLE_WINDOW_S` after its last
+transaction with answers. An answer is thus visible within :data:`SETTLE_MAX_GAP_S` of
+the end of the last transaction overlapping it, if that ends within the window (a
+SIGKILLed worker's is aborted within a rebalance, ``session.timeout.ms``).
 
 A transaction aborted for good (:class:`TransactionAborted`, after the committer's replays)
 marks the partitions whose answers it held: their answers waiting for the next handover are
@@ -38,8 +44,8 @@ partition at once; the loop rejoins the group.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import TopicPartition
 
@@ -49,21 +55,23 @@ from worker.kafka.answers import AnswerBuffer, BufferLimits
 from worker.kafka.committer import Committer, Handover
 from worker.kafka.consumer import KafkaConsumer
 from worker.kafka.failures import (
-    Abortable,
     FatalKafkaError,
     GenerationLost,
     MessageTooLarge,
     TransactionAborted,
-    call,
 )
 from worker.kafka.produce import Headers, ProducerFactory, RecordLimits, record_size
-from worker.kafka.publisher import TIMEOUT_S, OnAnswered, Outgoing, Publisher
+from worker.kafka.publisher import OnAnswered, Outgoing, Publisher
+from worker.kafka.reclaim import Reclaimer
 from worker.obs.metrics import TxOutcome
 
 log = logging.getLogger(__name__)
 
-#: producers calling ``init_transactions`` at once on the ids of newly assigned partitions
-_RECLAIMERS = 16
+#: settling (module doc): the first gap between offsets-only transactions, the longest,
+#: and for how long after the last transaction with answers
+SETTLE_FIRST_S = 0.1
+SETTLE_MAX_GAP_S = 2.0
+SETTLE_WINDOW_S = 30.0
 #: the most librdkafka adds to a record's key, value and header bytes when it checks
 #: ``message.max.bytes``: a record v2's varints (length, attributes, timestamp and offset
 #: deltas, key and value lengths, header count) ...
@@ -94,7 +102,10 @@ class TransactionalPublisher(Publisher):
         )
         self._handed: Handover | None = None  # the handover in flight
         self._aborted: set[Partition] = set()  # aborted for good, not rewound yet
-        self._unsettled = False  # the last transaction held answers (module doc)
+        self._reclaimer = Reclaimer(producers)
+        # settling (module doc): when the next offsets-only transaction is due, the gap
+        # after it, and until when; None: settled
+        self._settle: tuple[float, float, float] | None = None
 
     # -- the loop's side ---------------------------------------------------------------
 
@@ -165,8 +176,8 @@ class TransactionalPublisher(Publisher):
         if self._committer is not None and self._committer.transactional_id != txn_id:
             self.commit()  # what the old id holds, before it changes (a lower partition)
             self._close(flush=True)
-        ids = [f"{self._prefix}.{t}.{n}" for t, n in sorted(gained)]
-        _reclaim(self._producers, [i for i in ids if i != txn_id])
+        ids = [self._id(partition) for partition in sorted(gained)]
+        self._reclaimer.claim([i for i in ids if i != txn_id])
         if self._committer is None:
             self._committer = Committer(self._producers(txn_id), txn_id, self._outcome)
 
@@ -207,10 +218,12 @@ class TransactionalPublisher(Publisher):
             tp for tp in self._committable() if (tp.topic, tp.partition) not in self._aborted
         ]
         records = self._buffer.release(self._tracker.position)
-        if not offsets and (records or self._unsettled):
-            offsets = self._committed_offsets()
-        if not records and not offsets:
+        if not records and not offsets and not self._settle_due():
             return
+        if not offsets:
+            offsets = self._committed_offsets()
+            if not offsets and not records:
+                return
         handover = Handover(
             records=tuple(r for _, r in records),
             origins=frozenset(origin for origin, _ in records),
@@ -234,8 +247,22 @@ class TransactionalPublisher(Publisher):
             self.drop()
             raise
         if handover is not None:
-            self._unsettled = bool(handover.records)
+            if handover.records:
+                now = time.monotonic()
+                self._settle = (now, SETTLE_FIRST_S, now + SETTLE_WINDOW_S)
             self._mark(handover.offsets)
+
+    def _settle_due(self) -> bool:
+        """Whether an offsets-only transaction is due now (module doc); if so, the next
+        one is scheduled."""
+        if self._settle is None:
+            return False
+        due, gap, until = self._settle
+        now = time.monotonic()
+        if now < due:
+            return False
+        self._settle = (now + gap, min(2 * gap, SETTLE_MAX_GAP_S), until) if now < until else None
+        return True
 
     def _committed_offsets(self) -> list[TopicPartition]:
         found = []
@@ -256,36 +283,25 @@ class TransactionalPublisher(Publisher):
         """The generation is lost: the producer goes (unflushed; its successor aborted or
         aborts what it left open), and with it every partition and every answer held."""
         self._buffer.forget(self._owned)
+        self._reclaimer.release([self._id(p) for p in self._owned])
         self._aborted.clear()
         self._owned.clear()
-        self._unsettled = False
+        self._settle = None
         self._close(flush=False)
+
+    def _id(self, partition: Partition) -> str:
+        return f"{self._prefix}.{partition[0]}.{partition[1]}"
 
     def _release(self, partitions: Collection[Partition], flush: bool) -> None:
         self.forget(partitions)
+        self._reclaimer.release([self._id(p) for p in partitions])
         self._owned -= set(partitions)
         if not self._owned:
             self._close(flush)
-            self._unsettled = False
+            self._settle = None
 
     def _close(self, flush: bool) -> None:
         if self._committer is not None:
             self._committer.close(flush)
             self._committer = None
             self._handed = None
-
-
-def _reclaim(producers: ProducerFactory, transactional_ids: list[str]) -> None:
-    """``init_transactions`` on each id, at once: fences its earlier users and aborts the
-    transaction one of them left open. A failure is logged: it only leaves that transaction
-    to ``transaction.timeout.ms``."""
-
-    def init(transactional_id: str) -> None:
-        try:
-            call(producers(transactional_id).init_transactions, TIMEOUT_S)
-        except (Abortable, FatalKafkaError) as exc:
-            log.warning("init_transactions on %s failed: %s", transactional_id, exc)
-
-    if transactional_ids:
-        with ThreadPoolExecutor(min(_RECLAIMERS, len(transactional_ids))) as pool:
-            list(pool.map(init, transactional_ids))

@@ -113,13 +113,13 @@ def test_a_revoke_waits_for_the_commit_in_flight_and_commits_the_rest() -> None:
     ]
 
 
-def test_a_worker_falling_idle_after_answers_ends_one_offsets_only_transaction() -> None:
+def test_a_worker_falling_idle_after_answers_settles_with_offsets_only_transactions() -> None:
     w = _Worker()
     w.publisher.assign(w.partitions)
     w.answer(0, 1)
     w.publisher.commit()
     w.publisher.commit()  # nothing answered since: re-commits what it committed
-    w.publisher.commit()  # settled: nothing more
+    w.publisher.commit()  # the next settle waits its back-off (0.1 s, doubling)
     assert w.broker.transactions == [
         (w.txn_id(0), 2, w.offsets(p0=1, p1=1)),
         (w.txn_id(0), 0, w.offsets(p0=1, p1=1)),
