@@ -18,13 +18,13 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Message, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from batcher.fairshare import FairShare
 from batchpipe.client import Client
 from bench.fairness import lines
-from tests.integration.harness import read_topic
+from tests.integration.harness import drain, read_topic, reader
 from worker.cancellations import Stop
 from worker.config import Config
 from worker.errors import ErrorCode
@@ -188,3 +188,51 @@ def test_the_pending_topics_low_watermark_advances_as_batches_are_fed(
     finally:
         consumer.close()
     assert low >= 50
+
+
+def test_after_five_takeovers_the_state_topic_holds_no_finished_batch(
+    kafka_config: Config,
+) -> None:
+    """Issue 38: a batch fed whole while an older batch pinned the committed offset was
+    skipped, never finished, by the next feeder's scan, so its state entry outlived every
+    takeover. Five feeders in turn (no worker: each feeds its depth, 100 records, then
+    stops): each feeds a new 5-line batch whole and part of an old 1,000-line one; a sixth
+    with room for all feeds the rest. The state topic, folded, then holds no batch."""
+    k = kafka_config.kafka
+    config = replace(
+        kafka_config,
+        scheduling=replace(kafka_config.scheduling, fair=True, min_depth=100, max_depth=100),
+    )
+    client = Client(config)
+    client.submit(lines("old", 1_000), batch_id="old", key="old")
+    moved = 0
+    for takeover in range(5):
+        client.submit(lines(f"s{takeover}", 5), batch_id=f"s{takeover}", key=f"s{takeover}")
+        feeder = Feeder(config, CollectorRegistry())
+        feeder.start()
+        try:
+            moved += 100
+            read_topic(config, k.requests_topic, moved, timeout_s=120)
+        finally:
+            feeder.stop()
+    last = replace(config, scheduling=replace(config.scheduling, min_depth=4_000, max_depth=4_000))
+    feeder = Feeder(last, CollectorRegistry())
+    feeder.start()
+    try:
+        read_topic(config, k.requests_topic, 1_025, timeout_s=120)
+        deadline, live = time.monotonic() + 60, [b"?"]
+        while live:
+            assert time.monotonic() < deadline, f"state entries left: {live}"
+            folded: dict[bytes, bytes | None] = {}
+            for m in _read_all(config, state_topic(k.requests_topic)):
+                folded[m.key() or b""] = m.value()
+            live = [
+                key for key, value in folded.items() if value is not None and key[:1] != b"\x00"
+            ]
+            time.sleep(0.5)
+    finally:
+        feeder.stop()
+
+
+def _read_all(config: Config, topic: str) -> list[Message]:
+    return drain(reader(config, topic), timeout_s=5)
