@@ -1,11 +1,11 @@
-"""The benchmark figures of README.md and bench/README.md, rendered from bench/results/*.json.
+"""The benchmark figures of bench/README.md and docs/, rendered from bench/results/*.json.
 
-Every figure the two files quote from a benchmark sits in a block between two marker
-lines, ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``, whose text is rendered from
-the committed results (:mod:`bench.figures`), so no figure can drift from its result.
-Outside the blocks a figure with a unit (``×``, ``req/s``, ``µs``, ``%`` …) is refused
-unless its line says it is the source document's. ``make bench`` re-renders the blocks
-after the benchmarks; a unit test runs the check.
+Every figure the documents (:data:`DOCUMENTS`) quote from a benchmark sits in a block
+between two marker lines, ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``, whose
+text is rendered from the committed results (:mod:`bench.figures`), so no figure can drift
+from its result. Outside the blocks a figure with a unit (``×``, ``req/s``, ``µs``, ``%``
+…) is refused unless its line says it is the source document's. ``make bench`` re-renders
+the blocks after the benchmarks; a unit test runs the check.
 
     python -m bench.tables           # rewrite the blocks from bench/results/*.json
     python -m bench.tables --check   # change nothing; exit 1 if any figure disagrees
@@ -26,7 +26,13 @@ from bench.figures import BENCHES, README_ROWS, Result, n, variant
 from tests.integration.chaos_report import COMMAND as CHAOS_COMMAND
 
 ROOT = RESULTS.parent.parent
-DOCUMENTS = (ROOT / "README.md", ROOT / "bench" / "README.md")
+#: where the figures are published; README.md keeps only summaries and links to the docs
+DOCUMENTS = (
+    ROOT / "README.md",
+    ROOT / "bench" / "README.md",
+    ROOT / "docs" / "performance.md",
+    ROOT / "docs" / "guarantees.md",
+)
 
 Results = Mapping[str, Result]
 
