@@ -4,11 +4,13 @@ The feeder copies a record's key, value and headers as they are: it never decode
 request, and a value the worker cannot read is answered by the worker (4001/4003 or a
 dead letter, §5). What the feeder's producer refuses outright — a record over its
 ``message.max.bytes`` (a direct publisher may have written one: the pending topic takes
-what its publisher's limit allowed), a header the client cannot encode — would otherwise
-fail the whole step again and again. Such a record is answered here, inside the step's
-transaction: a dead letter on the dead-letter topic as the worker writes one for a record
-too large to carry (§5: the original key and headers, no value, ``error-code``,
-``error-message``, ``source``), so every request still gets exactly one answer.
+what its publisher's limit allowed), a key or header the client cannot encode — would
+otherwise fail the whole step again and again. Any other Kafka error (the transaction's
+state, the client's) is not the record's: it fails the step, which is done again. A
+record refused outright is answered here, inside the step's transaction: a dead letter
+on the dead-letter topic as the worker writes one for a record too large to carry (§5:
+the original key and headers, no value, ``error-code``, ``error-message``, ``source``),
+so every request still gets exactly one answer.
 """
 
 from __future__ import annotations
@@ -51,10 +53,13 @@ def forward(
         return True
     except BufferError:
         raise  # librdkafka's queue is full: the step fails and is done again
-    except (KafkaException, TypeError, ValueError) as exc:
-        cause = exc.args[0] if exc.args and isinstance(exc, KafkaException) else exc
-        code = ErrorCode.OVER_LIMIT if _too_large(exc) else ErrorCode.MALFORMED
-        message = f"the feeder could not move this record to {requests_topic}: {cause}"
+    except KafkaException as exc:
+        if not _too_large(exc):
+            raise  # the transaction's or the client's state, not this record: a new step
+        code, cause = ErrorCode.OVER_LIMIT, exc.args[0]
+    except (TypeError, ValueError) as exc:  # a key or header the client cannot send
+        code, cause = ErrorCode.MALFORMED, exc
+    message = f"the feeder could not move this record to {requests_topic}: {cause}"
     log.error("feeder: pending offset %s dead-lettered: %s", m.offset(), message)
     letter = [
         ("error-code", str(int(code)).encode()),

@@ -246,3 +246,15 @@ def test_any_pending_headers_and_values_get_exactly_one_answer_each(
     answered = feeder.moved + feeder.dead
     assert answered == Counter(range(len(records)))
     assert {s.batch_id for s in feeder.stops} <= {faulty}
+
+
+def test_a_kafka_error_that_is_not_the_records_fails_the_step_instead() -> None:
+    """An abortable transaction refuses every produce with _STATE: dead-lettering the
+    record then would answer a request that the next step moves again."""
+
+    class Aborting:
+        def produce(self, topic: str, *args: Any, **kwargs: Any) -> None:
+            raise KafkaException(KafkaError(KafkaError._STATE, "abortable"))
+
+    with pytest.raises(KafkaException):
+        forward(Aborting(), "requests", "dead", record(0, "a"), lambda *_: None)
