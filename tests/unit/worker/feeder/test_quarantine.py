@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batcher.fairshare import FairShare
-from tests.unit.worker.fakes import FakeControl, FakeMessage
+from tests.unit.worker.fakes import FakeClients, FakeControl, FakeMessage, GatedEngine
+from tests.unit.worker.rig import P0, loop_config, rig
 from worker.cancellations import Cancellations, Stop
 from worker.errors import ErrorCode
 from worker.feeder import readahead
@@ -258,3 +259,27 @@ def test_a_kafka_error_that_is_not_the_records_fails_the_step_instead() -> None:
 
     with pytest.raises(KafkaException):
         forward(Aborting(), "requests", "dead", record(0, "a"), lambda *_: None)
+
+
+def test_the_workers_answer_a_quarantined_batch_4007_naming_the_cause() -> None:
+    """The feeder's stop goes by the one path that answers a stopped batch: a worker that
+    has read it answers each of the batch's requests once, unrun, with 4007 and the
+    cause; another batch runs."""
+    with rig(loop_config(), GatedEngine()) as r:
+        control = cast(FakeClients, r.worker.clients).fake_control
+        stop = Stop("evil", "quarantined", 1.0, "reading its records back: ValueError: x")
+        control.values.append(stop.encode())
+        for i in range(3):
+            r.broker.submit(0, f"e{i}", f"hello {i}", batch_id="evil")
+        r.broker.submit(0, "ok", "hello", batch_id="good")
+        r.consumer.rebalance("assign", [P0])
+        r.engine.open()
+        ids = {"e0", "e1", "e2", "ok"}
+        r.step_until(lambda: r.settled(ids), "everything answered")
+        assert set(r.answers().values()) == {1}
+        results = {res.custom_id: res for res in r.results()}
+        assert results["ok"].status == "completed"
+        for i in range(3):
+            error = results[f"e{i}"].error
+            assert error is not None and error.code == ErrorCode.BATCH_QUARANTINED
+            assert "batch_quarantined" in error.message and "ValueError: x" in error.message
