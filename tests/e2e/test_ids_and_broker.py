@@ -44,7 +44,8 @@ def test_collect_of_a_mistyped_batch_id_fails_at_once_and_writes_nothing(
     config = write_config(tmp_path, broker, {"kind": "echo"})
     submitted = run("submit", str(echo_examples(tmp_path)), "-c", str(config))
     assert submitted.returncode == 0, submitted.stderr
-    typo = submitted.stdout.strip()[:-1] + "0"
+    batch_id = submitted.stdout.strip()
+    typo = batch_id[:-1] + ("1" if batch_id.endswith("0") else "0")  # one character off
     done = run("collect", typo, "-c", str(config), timeout=120, cwd=tmp_path)
     assert done.returncode == 1, done.stderr  # as status answers, not 124 after a wait
     assert typo in done.stderr
