@@ -70,8 +70,9 @@ def test_the_documented_remote_key_and_stray_variables_break_no_command(
         assert submitted.returncode == 0, submitted.stderr
         batch_id = submitted.stdout.strip()
         collected = run(
-            "collect", batch_id, "-o", str(out), "--timeout", "240", "-c", str(config), env=env
-        )
+            "collect", batch_id, "-o", str(out), "--timeout", "240", "-c", str(config),
+            env=env, cwd=tmp_path,
+        )  # fmt: skip
         assert collected.returncode == 0, collected.stderr
         status = run("status", batch_id, "-c", str(config), env=env)
         assert status.returncode == 0, status.stderr

@@ -60,10 +60,16 @@ def test_every_command_takes_the_batch_id_as_its_argument(tmp_path: Path, broker
         assert submitted.returncode == 0, submitted.stderr
         batch_id = submitted.stdout.strip()
         out = tmp_path / "out.jsonl"
-        done = run("collect", batch_id, "-o", str(out), "--timeout", "240", "-c", str(config))
+        done = run(
+            "collect", batch_id, "-o", str(out), "--timeout", "240", "-c", str(config),
+            cwd=tmp_path,
+        )  # fmt: skip
         assert done.returncode == 0, done.stderr
         again = tmp_path / "again.jsonl"
-        old = run("collect", "--batch-id", batch_id, "-o", str(again), "-c", str(config))
+        old = run(
+            "collect", "--batch-id", batch_id, "-o", str(again), "-c", str(config),
+            cwd=tmp_path,
+        )  # fmt: skip
         assert old.returncode == 0, old.stderr  # the older spelling still works
         status = run("status", batch_id, "-c", str(config))
         assert status.returncode == 0 and "completed" in status.stdout

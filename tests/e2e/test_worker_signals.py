@@ -46,7 +46,10 @@ def test_an_idle_worker_reads_lag_0_on_every_partition(tmp_path: Path, broker: s
             submitted = run("submit", str(echo_examples(tmp_path)), "-c", str(config))
             assert submitted.returncode == 0, submitted.stderr
             out = tmp_path / "out.jsonl"
-            done = run("collect", submitted.stdout.strip(), "-o", str(out), "-c", str(config))
+            done = run(
+                "collect", submitted.stdout.strip(), "-o", str(out), "-c", str(config),
+                cwd=tmp_path,
+            )  # fmt: skip
             assert done.returncode == 0, done.stderr
         # every answer is in; the probe measures every 5 s
         wait_until(
