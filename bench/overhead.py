@@ -17,7 +17,12 @@ settings (:mod:`worker.kafka.clients`), and writes one record per request to a r
 * ``worker, realistic prompts``: the defaults with prompts of realistic length, a system
   and a user message of about 350 characters each (:func:`realistic_requests`).
 
-The window runs from the first answered record to the last, so group joins are left out.
+The window runs from the first answered record until a read_committed reader of the
+results topic (a process of its own, left out of the CPU figures) has seen the last
+result, so group joins are left out and both delivery modes are measured end to end:
+exactly-once up to its last commit, at-least-once up to its last acknowledged delivery
+(issue 40: the window used to end at the engine's last completion, before
+exactly-once's own commits). The passthrough's window ends at its last commit.
 CPU time per request is read per thread from ``/proc`` over that window: the loop thread
 (the worker's single Python thread that polls, decodes, batches, encodes and produces, or
 the passthrough loop), librdkafka's own threads, the worker's other threads (engine,
@@ -34,6 +39,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import multiprocessing
 import os
 import pstats
 import random
@@ -49,11 +55,12 @@ from confluent_kafka import TopicPartition
 from bench.common import fresh_config, write_result
 from bench.wire import SYSTEM, brief, json_request, summary_requests
 from tests.integration.harness import publish_raw
-from worker.config import Config, EngineConfig
+from worker.config import Config, EngineConfig, KafkaConfig
 from worker.engines.base import Completion, EngineInput, OnComplete
 from worker.engines.echo import EchoEngine
 from worker.kafka import clients
 from worker.kafka.broker import EmbeddedBroker
+from worker.kafka.consumer import FROM_START
 from worker.obs.metrics import STAGES
 from worker.service import Worker
 from worker.wire.codec import encode_request
@@ -125,7 +132,7 @@ class CpuSample:
     children: dict[int, float]
 
     @classmethod
-    def now(cls) -> CpuSample:
+    def now(cls, exclude: frozenset[int] = frozenset()) -> CpuSample:
         threads = {}
         for task in Path("/proc/self/task").iterdir():
             try:
@@ -133,7 +140,9 @@ class CpuSample:
             except OSError:
                 continue
             threads[int(task.name)] = (name, _on_cpu(task))
-        children = {pid: _ticks(Path(f"/proc/{pid}/stat")) for pid in _children()}
+        children = {
+            pid: _ticks(Path(f"/proc/{pid}/stat")) for pid in _children() if pid not in exclude
+        }
         return cls(threads, children)
 
     def since(self, before: CpuSample, loop_tid: int) -> dict[str, float]:
@@ -173,21 +182,35 @@ class Window:
 
 
 class _Watch:
-    """Opens the window at the first answered record and closes it at ``total``."""
+    """Opens the window at the first answered record; closes it at ``total`` answered, or
+    when told (:meth:`close`: the reader saw the last result) where ``closes_itself`` is
+    False. CPU of the processes in ``exclude`` (the reader) is left out."""
 
-    def __init__(self, total: int, loop_tid: int) -> None:
+    def __init__(
+        self,
+        total: int,
+        loop_tid: int,
+        closes_itself: bool = True,
+        exclude: frozenset[int] = frozenset(),
+    ) -> None:
         self.total, self.loop_tid = total, loop_tid
+        self.closes_itself = closes_itself
+        self.exclude = exclude
         self.closed = threading.Event()
         self.window: Window | None = None
         self._start: tuple[float, int, CpuSample] | None = None
 
     def observe(self, answered: int) -> None:
         if answered and self._start is None:
-            self._start = (time.perf_counter(), answered, CpuSample.now())
-        if answered < self.total or self._start is None or self.window is not None:
+            self._start = (time.perf_counter(), answered, CpuSample.now(self.exclude))
+        if self.closes_itself and answered >= self.total:
+            self.close()
+
+    def close(self) -> None:
+        if self._start is None or self.window is not None:
             return
         t0, n0, cpu0 = self._start
-        cpu = CpuSample.now().since(cpu0, self.loop_tid)
+        cpu = CpuSample.now(self.exclude).since(cpu0, self.loop_tid)
         self.window = Window(self.total - n0, time.perf_counter() - t0, cpu)
         self.closed.set()
 
@@ -248,14 +271,44 @@ def passthrough(config: Config, total: int) -> Window:
     return watch.window
 
 
+def _read_results(bootstrap: str, topic: str, total: int, ready: Any, seen: Any) -> None:
+    """In a process of its own: read ``topic`` read_committed from its start; ``seen`` is
+    set once ``total`` results were read."""
+    kafka = KafkaConfig(bootstrap_servers=bootstrap)
+    consumer = clients.consumer(kafka, group_id=f"overhead-reader-{time.time_ns()}")
+    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, FROM_START) for p in partitions])
+    ready.set()
+    read = 0
+    try:
+        while read < total:
+            read += sum(1 for m in consumer.consume(1000, timeout=0.05) if m.error() is None)
+        seen.set()
+    finally:
+        consumer.close()
+
+
 def through_worker(config: Config, total: int, profile: cProfile.Profile | None = None) -> Worker:
-    """Run a worker on ``config`` until its engine has completed ``total`` requests."""
+    """Run a worker on ``config`` until a read_committed reader has seen ``total`` results."""
     engine = _CountingEcho()
     worker = Worker(config, engine)
     started = threading.Event()
+    k = config.kafka
+    size = clients.Producers.of(k, config.limits).max_message_bytes  # as the worker makes them
+    topics = [k.requests_topic, k.results_topic, k.dead_letter_topic]
+    clients.ensure_topics(k, topics, max_message_bytes=size)
+    spawn = multiprocessing.get_context("spawn")  # no fork of librdkafka's threads
+    ready, seen = spawn.Event(), spawn.Event()
+    args = (k.bootstrap_servers, k.results_topic, total, ready, seen)
+    reader = spawn.Process(target=_read_results, args=args, daemon=True)
+    reader.start()
+    if not ready.wait(120):
+        raise RuntimeError("the results reader did not start in 120 s")
+    assert reader.pid is not None
+    exclude = frozenset({reader.pid})
 
     def run() -> None:
-        engine.watch = _Watch(total, threading.get_native_id())
+        engine.watch = _Watch(total, threading.get_native_id(), False, exclude)
         started.set()
         if profile is not None:
             profile.runcall(worker.run)
@@ -267,11 +320,13 @@ def through_worker(config: Config, total: int, profile: cProfile.Profile | None 
     started.wait()
     assert engine.watch is not None
     try:
-        if not engine.watch.closed.wait(600):
-            raise RuntimeError(f"the worker did not answer {total} requests in 600 s")
+        if not seen.wait(600):
+            raise RuntimeError(f"{total} results were not read in 600 s")
+        engine.watch.close()
     finally:
         worker.stop()
         thread.join(60)
+        reader.join(30)
     return worker
 
 

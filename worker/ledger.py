@@ -1,9 +1,12 @@
 """The records a worker holds: consumed, not yet answered.
 
 Each consumed record is opened once and closed once, when its answer counts as given;
-only then may its offset be committed (:class:`batcher.OffsetTracker`), and only then
-does it free its ``prefetch_count`` slot (:class:`batcher.Admission`). Records of a
-partition that moved to another worker are forgotten: their new owner answers them.
+only then may its offset be committed (:class:`batcher.OffsetTracker`). Its
+``prefetch_count`` slot (:class:`batcher.Admission`) is freed then, or earlier, once the
+publisher holds its answer (:meth:`Ledger.free`: at-least-once holds an answer until the
+broker acknowledges it, bounded by ``kafka.max_buffered_*`` rather than by the slots).
+Records of a partition that moved to another worker are forgotten: their new owner
+answers them.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ class Ledger:
     def __init__(self, prefetch_count: int) -> None:
         self.admission = Admission(prefetch_count)
         self.tracker = OffsetTracker()
-        self._open: defaultdict[Partition, set[int]] = defaultdict(set)
+        # offset → whether the record still holds its slot
+        self._open: defaultdict[Partition, dict[int, bool]] = defaultdict(dict)
         #: counts :meth:`forget` calls; a record read again after its partition was
         #: forgotten is read in a later generation (see :attr:`worker.jobs.Source.ref`)
         self.generation = 0
@@ -32,7 +36,7 @@ class Ledger:
         partition = (source.topic, source.partition)
         self.tracker.add(partition, source.offset)
         self.admission.acquire()
-        self._open[partition].add(source.offset)
+        self._open[partition][source.offset] = True
 
     def close(self, source: Source) -> bool:
         """Its answer counts as given; False if the record was forgotten meanwhile."""
@@ -40,14 +44,23 @@ class Ledger:
         offsets = self._open.get(partition)
         if offsets is None or source.offset not in offsets:
             return False
-        offsets.discard(source.offset)
+        if offsets.pop(source.offset):
+            self.admission.release()
         self.tracker.done(partition, source.offset)
-        self.admission.release()
         return True
+
+    def free(self, source: Source) -> None:
+        """The publisher holds the record's answer: its slot is free, the record stays
+        open (its offset is not committable) until :meth:`close`."""
+        offsets = self._open.get((source.topic, source.partition))
+        if offsets is not None and offsets.get(source.offset):
+            offsets[source.offset] = False
+            self.admission.release()
 
     def forget(self, partitions: Collection[Partition]) -> None:
         """The partitions went to another worker (or back to their committed offsets)."""
         for partition in partitions:
-            self.admission.release(len(self._open.pop(partition, ())))
+            held = self._open.pop(partition, {})
+            self.admission.release(sum(held.values()))
         self.tracker.forget(partitions)
         self.generation += 1

@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Collection
 from dataclasses import replace
+from functools import partial
 from types import MappingProxyType
 
 from batcher import Partition
@@ -168,9 +169,9 @@ class Outbox:
         source: Source,
         answered: OnAnswered,
     ) -> None:
-        self._publisher.send(
-            topic, key, value, headers, (source.topic, source.partition), answered, source.offset
-        )
+        origin = (source.topic, source.partition)
+        free = partial(self._ledger.free, source)
+        self._publisher.send(topic, key, value, headers, origin, answered, source.offset, free)
 
 
 def _over(exc: MessageTooLarge) -> str:

@@ -54,6 +54,15 @@ TRANSACTIONAL_SETTINGS: Mapping[str, Any] = {
 }
 
 
+#: How long the worker's at-least-once producer gathers records into one request. Its
+#: answers go out a batch's completions at a time, each step; at 5 ms they went out in
+#: small requests that cost the embedded broker twice exactly-once's CPU per request
+#: (which produces a whole commit's answers, then flushes), and at-least-once ran at
+#: 0.83x exactly-once; at 25 ms, 0.95-1.03x (issue 40, bench/overhead.py). It adds up to
+#: 20 ms to an at-least-once answer; ``kafka.client`` can set it back.
+AT_LEAST_ONCE_LINGER_MS = 25
+
+
 def _base(kafka: KafkaConfig) -> dict[str, Any]:
     return {"bootstrap.servers": kafka.bootstrap_servers, "log_level": 3}
 
@@ -126,8 +135,10 @@ class Producers:
         return record_limit(self.max_message_bytes, topic, self.topic_max)
 
     def __call__(self, transactional_id: str | None = None) -> Producer:
-        size = {"message.max.bytes": self.max_message_bytes}
-        return producer(self.kafka, transactional_id=transactional_id, extra=size)
+        extra: dict[str, Any] = {"message.max.bytes": self.max_message_bytes}
+        if transactional_id is None:  # the worker's at-least-once producer
+            extra["linger.ms"] = AT_LEAST_ONCE_LINGER_MS
+        return producer(self.kafka, transactional_id=transactional_id, extra=extra)
 
 
 def admin(kafka: KafkaConfig) -> AdminClient:

@@ -153,6 +153,7 @@ def produce_checked(
     value: bytes,
     headers: Headers,
     on_delivery: OnDelivery | None = None,
+    size: int | None = None,
 ) -> None:
     """:func:`~worker.kafka.produce.produce`, its failures sorted: :class:`MessageTooLarge`,
     :class:`GenerationLost`, :class:`Abortable` or :class:`FatalKafkaError`; retriable ones
@@ -161,10 +162,11 @@ def produce_checked(
     A record over ``limit`` is refused here, before librdkafka sees it: librdkafka itself
     knows only its own ``message.max.bytes``, not a topic's smaller ``max.message.bytes``.
     ``limit`` None: the caller checked the record's size already (the committer's records
-    were checked when they were answered: counted once, on the loop)."""
-    size = -1
+    were checked when they were answered: counted once, on the loop). ``size``: the
+    record's :func:`~worker.kafka.produce.record_size`, where the caller counted it."""
     if limit is not None:
-        size = record_size(key, value, headers)
+        if size is None:
+            size = record_size(key, value, headers)
         if size > limit.bytes:
             raise MessageTooLarge(topic, size, limit)
     for attempt in range(1, ATTEMPTS + 1):
@@ -176,7 +178,7 @@ def produce_checked(
             found = kind(error)
             if found == "too_large":
                 # librdkafka checks the size before it queues the record: nothing was sent
-                if limit is None:
+                if limit is None or size is None:
                     raise FatalKafkaError(f"librdkafka refused a checked record: {error}") from exc
                 raise MessageTooLarge(topic, size, limit) from exc
             if found == "lost":

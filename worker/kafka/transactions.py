@@ -118,6 +118,7 @@ class TransactionalPublisher(Publisher):
         origin: Partition,
         on_answered: OnAnswered,
         offset: int | None = None,
+        on_taken: OnAnswered | None = None,
     ) -> None:
         if origin not in self._owned:
             raise RuntimeError(f"answer for {origin}, which this worker does not own")

@@ -144,3 +144,26 @@ def test_admission_pauses_while_the_answers_buffer_is_full() -> None:
         ids = {"slow"} | {f"s{i}" for i in range(20)}
         r.step_until(lambda: r.settled(ids), "every record answered and committed")
         assert raw_answers(r) == Counter(dict.fromkeys(ids, 1))
+
+
+def test_at_least_once_frees_a_slot_at_send_and_bounds_the_undelivered_answers() -> None:
+    config = loop_config(prefetch_count=4, max_batch_size=2)
+    config = replace(config, kafka=replace(config.kafka, max_buffered_answers=6))
+    with rig(config, GatedInFlightEngine(gated=False), delivery="at_least_once") as r:
+        r.broker.deliveries_held = True  # the broker acknowledges nothing yet
+        ids = {f"s{i}" for i in range(20)}
+        for i in range(20):
+            r.broker.submit(0, f"s{i}", f"short {i}")
+        r.consumer.rebalance("assign", [P0])
+        publisher = r.worker._publisher
+        assert publisher is not None
+        # more answers sent than there are prefetch slots: a slot is free once sent
+        r.step_until(publisher.full, "six answers waiting for their acknowledgement")
+        read = r.consumer.delivered
+        for _ in range(20):
+            r.worker._step(draining=False)
+        assert read == r.consumer.delivered < 20  # nothing more taken while full
+        assert r.broker.committed.get(P0, 0) == 0  # nothing acknowledged, nothing committed
+        r.broker.deliveries_held = False
+        r.step_until(lambda: r.settled(ids), "every record answered and committed")
+        assert r.answers() == Counter(dict.fromkeys(ids, 1))

@@ -30,6 +30,7 @@ class Producer:
         origin: tuple[str, int],
         on_answered: OnAnswered,
         offset: int | None = None,
+        on_taken: OnAnswered | None = None,
     ) -> None:
         self.sent.append((key.encode("utf-8") if isinstance(key, str) else key, value))
 
