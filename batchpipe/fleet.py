@@ -51,7 +51,9 @@ def not_served(models: Collection[str], served: Collection[str]) -> str | None:
     )
 
 
-def _apply(announced: dict[str, Announcement], key: bytes | None, value: bytes | None) -> None:
+def apply_record(
+    announced: dict[str, Announcement], key: bytes | None, value: bytes | None
+) -> None:
     if key is None:
         return
     worker_id = key.decode(errors="replace")
@@ -73,7 +75,7 @@ def served_models(kafka: KafkaConfig) -> dict[str, list[Announcement]]:
         raise
     try:
         for msg in records(consumer, partitions, until_end=True, deadline=None):
-            _apply(announced, msg.key(), msg.value())
+            apply_record(announced, msg.key(), msg.value())
     finally:
         consumer.close()
     return alive(announced, time.time())
@@ -116,6 +118,6 @@ class FleetModels:
                 if msg is None or msg.error() is not None:
                     continue
                 with self._lock:
-                    _apply(self._announced, msg.key(), msg.value())
+                    apply_record(self._announced, msg.key(), msg.value())
         finally:
             consumer.close()
