@@ -616,7 +616,7 @@ def _reach(args: argparse.Namespace, client: Client) -> None:
     source = bootstrap_source(
         shortcut=args.bootstrap, sets=args.set, environ=os.environ, config_file=args.config
     )
-    check_broker(client.config.kafka, source)
+    check_broker(client.config.kafka, source, verbose=args.verbose)
 
 
 def _collect(args: argparse.Namespace) -> int:

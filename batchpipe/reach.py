@@ -67,17 +67,24 @@ def _file_sets_bootstrap(path: Path) -> bool:
     return isinstance(kafka, dict) and "bootstrap_servers" in kafka
 
 
-def check_broker(kafka: KafkaConfig, source: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
+def check_broker(
+    kafka: KafkaConfig, source: str, *, verbose: bool = False, timeout_s: float = REACH_TIMEOUT_S
+) -> None:
     """Raise :class:`BrokerUnreachableError` unless the cluster answers a metadata request
-    within ``timeout_s``."""
-    silent = logging.getLogger("batchpipe.kafka.reach")
-    silent.propagate = False
-    silent.addHandler(logging.NullHandler())
+    within ``timeout_s``; librdkafka's log of the attempt on stderr with ``verbose``."""
+    if verbose:
+        logger = kafka_log(verbose=True)
+    else:
+        logger = logging.getLogger("batchpipe.kafka.reach")
+        logger.propagate = False
+        logger.handlers = [logging.NullHandler()]
     settings: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers, **kafka.client}
-    settings |= {"logger": silent, "socket.connection.setup.timeout.ms": int(timeout_s * 1000)}
+    settings |= {"logger": logger, "socket.connection.setup.timeout.ms": int(timeout_s * 1000)}
+    admin = AdminClient(settings)
     try:
-        AdminClient(settings).list_topics(timeout=timeout_s)
+        admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
+        admin.poll(0)  # the attempt's log lines, queued for this thread (-v)
         raise BrokerUnreachableError(
             f"no Kafka broker answers at {kafka.bootstrap_servers} (from {source}) within "
             f"{timeout_s:g} s: start one with `batchpipe broker` and pass the address it "

@@ -82,3 +82,11 @@ def test_collect_without_a_batch_id_says_how_to_give_it() -> None:
     done = run("collect", timeout=60)
     assert done.returncode == 2
     assert "batchpipe collect ID" in done.stderr
+
+
+def test_librdkafka_s_log_is_shown_when_asked_for(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    done = run("status", "batch_1_abc", "--bootstrap", address, "-v", timeout=60)
+    assert done.returncode == 1
+    assert "rdkafka" in done.stderr and address in done.stderr.splitlines()[-1]
+    assert len(done.stderr.splitlines()) > 1
