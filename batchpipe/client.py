@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,12 +46,14 @@ from batchpipe.collect import (
     records,
     write_result,
 )
+from batchpipe.paced import paced
 from batchpipe.progress import Progress
 from worker.config import Config, load_config, producer_max_bytes
 from worker.errors import BatchpipeError, RequestError
 from worker.feeder.estimate import request_tokens
 from worker.feeder.naming import (
     check_weight,
+    end_marker,
     ensure_pending,
     pending_headers,
     pending_topic,
@@ -79,6 +82,33 @@ TRANSACTION_TIMEOUT_S = 30.0
 TRANSACTION_LIFETIME_S = 600.0
 
 TextTarget = str | os.PathLike[str] | TextIO
+#: with fair share, a batch is published in transactions of at most this many records or
+#: seconds, then its end marker: a long upload's open transaction never hides the batches
+#: committed after it for longer (the feeder reads read_committed and holds a batch until
+#: its end marker: docs/architecture.md §10, "Publish in chunks")
+CHUNK_RECORDS = 5_000
+CHUNK_S = 0.5
+
+
+class _Chunk:
+    """The records of the transaction in progress, and per pending topic of the batch."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._records, self._started = 0, time.monotonic()
+
+    def full(self, topic: str) -> bool:
+        """One more record on ``topic``; True when the transaction is to commit now."""
+        self.counts[topic] += 1
+        self._records += 1
+        if self._records < CHUNK_RECORDS and time.monotonic() - self._started < CHUNK_S:
+            return False
+        return self.commit()
+
+    def commit(self) -> bool:
+        """True when the transaction holds records (it is to commit now); starts anew."""
+        held, self._records, self._started = self._records, 0, time.monotonic()
+        return held > 0
 
 
 @dataclass(frozen=True)
@@ -151,13 +181,14 @@ class Client:
         Raises :class:`~batchpipe.batchfile.BatchFileError` (nothing published) when any
         request is invalid, :class:`~worker.routing.UnroutedModelError` (nothing published)
         when routes are configured and a request's model has none, ``KafkaException`` when
-        publishing fails (nothing committed).
+        publishing fails (nothing of the batch is run: with fair share it is published in
+        short transactions and the feeder holds it until its end marker, written last).
 
         With ``scheduling.fair`` the batch goes to the pending topic, and the feeder moves
         it on by fair share (docs/architecture.md §10): ``key`` names whose share it takes
         (the publisher's: a key's batches together get one key's share), ``weight``
         (default ``scheduling.weight``) is its share against other keys and within its
-        key against its other batches; ``ValueError`` when it is not in (0, 1000].
+        key against its other batches; ``ValueError`` when it is not in [0.001, 1000].
         """
         checked = validate_requests(requests, self.limits)
         models = {r.model for r in checked}
@@ -220,7 +251,7 @@ class Client:
         clients.ensure_topics(kafka, topics, max_message_bytes=max_bytes)
         if fair:
             ensure_pending(kafka, self.config.limits, sorted(set(routes.values())))
-        scheduling = pending_headers(batch_id, share, key) if fair else []
+        scheduling = pending_headers(batch_id, share, key, sealed=True) if fair else []
         max_tokens = self.config.generation.max_tokens
         producer = clients.producer(
             kafka,
@@ -232,8 +263,14 @@ class Client:
         )
         producer.init_transactions(TRANSACTION_TIMEOUT_S)
         producer.begin_transaction()
+        chunk = _Chunk()
         try:
-            for req in requests:
+            for req in paced(requests, CHUNK_S) if fair else requests:
+                if req is None:  # no line for CHUNK_S: what is written must not hide others
+                    if chunk.commit():
+                        producer.commit_transaction(TRANSACTION_LIFETIME_S)
+                        producer.begin_transaction()
+                    continue
                 # a model not scanned (the file changed since): routed, or refused, now
                 topic = routes.get(req.model) or self.routing.topic_for(req.model)
                 stamped = replace(
@@ -244,6 +281,11 @@ class Client:
                     tokens = tokens_header(request_tokens(req, max_tokens))
                     topic, headers = pending_topic(topic), [*headers, *scheduling, tokens]
                 produce(producer, topic, req.custom_id.encode(), value, headers)
+                if fair and chunk.full(topic):  # an open transaction hides later batches
+                    producer.commit_transaction(TRANSACTION_LIFETIME_S)
+                    producer.begin_transaction()
+            for topic, count in chunk.counts.items():  # the feeder holds the batch till here
+                produce(producer, topic, None, None, end_marker(batch_id, share, key, count))
             producer.commit_transaction(TRANSACTION_LIFETIME_S)
         except BaseException:
             with contextlib.suppress(KafkaException):

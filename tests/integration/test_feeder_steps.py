@@ -12,9 +12,13 @@ state topic notes how many records librdkafka still held undelivered at that mom
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +26,8 @@ from confluent_kafka import Message, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from batcher.fairshare import FairShare
+from batchpipe import client as client_module
+from batchpipe.batchfile import iter_file
 from batchpipe.client import Client
 from bench.fairness import lines
 from tests.integration.harness import drain, read_topic, reader
@@ -236,3 +242,54 @@ def test_after_five_takeovers_the_state_topic_holds_no_finished_batch(
 
 def _read_all(config: Config, topic: str) -> list[Message]:
     return drain(reader(config, topic), timeout_s=5)
+
+
+def test_a_long_upload_in_progress_hides_no_batch_committed_meanwhile(
+    kafka_config: Config, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 38: the feeder reads read_committed, so one open publish transaction hid
+    every batch committed after it until it ended. A batch is now published in short
+    transactions — committed whenever no line came for CHUNK_S — and held by the feeder
+    until its end marker. Here alice's upload stops reading its file after 1,500 of its
+    3,000 lines until bob's 10-line batch, committed meanwhile, has been fed whole
+    (before: never, until hers committed); none of hers is fed before her marker."""
+    config = replace(
+        kafka_config, scheduling=replace(kafka_config.scheduling, fair=True, min_depth=4_000)
+    )
+    k = config.kafka
+    paused, bob_fed = threading.Event(), threading.Event()
+    read_file = iter_file
+
+    def stalling(path: Any, limits: Any) -> Iterator[Any]:
+        for n, request in enumerate(read_file(path, limits)):
+            if n == 1_500:  # a slow store: the upload waits for its next line
+                paused.set()
+                bob_fed.wait(120)
+            yield request
+
+    monkeypatch.setattr(client_module, "iter_file", stalling)
+    big = tmp_path / "alice.jsonl"
+    big.write_text("".join(json.dumps(line) + "\n" for line in lines("alice", 3_000)))
+    Client(config).submit(lines("warm", 1), key="warm")
+    feeder = Feeder(config, CollectorRegistry())
+    feeder.start()
+    alice = threading.Thread(
+        target=lambda: Client(config).publish_file(big, 3_000, None, {"echo"}, key="alice")
+    )
+    try:
+        read_topic(config, k.requests_topic, 1, timeout_s=120)  # the feeder feeds
+        alice.start()
+        assert paused.wait(120), "alice's upload did not reach its pause"
+        Client(config).submit(lines("bob", 10), key="bob")
+        moved = read_topic(config, k.requests_topic, 11, timeout_s=60)
+        bob_fed.set()
+        keys = {(m.key() or b"").decode() for m in moved}
+        assert {f"bob-{i}" for i in range(10)} <= keys
+        assert not any(key.startswith("alice-") for key in keys)
+        alice.join(120)
+        everything = read_topic(config, k.requests_topic, 3_011, timeout_s=120)
+        assert len({m.key() for m in everything}) == 3_011
+    finally:
+        bob_fed.set()
+        alice.join(120)
+        feeder.stop()

@@ -42,6 +42,10 @@ BATCH_HEADER = "batchpipe-batch-id"
 WEIGHT_HEADER = "batchpipe-weight"
 KEY_HEADER = "batchpipe-key"
 TOKENS_HEADER = "batchpipe-tokens"
+#: on each record of a batch that ends with an end marker: hold it until the marker
+SEALED_HEADER = "batchpipe-sealed"
+#: on the end marker, the batch's last record (no value): the number of its records
+END_HEADER = "batchpipe-end"
 #: a number header longer than this is not a number (a float's repr is ≤ 24 characters)
 MAX_NUMBER_CHARS = 32
 #: the longest batch id or key the feeder keeps, in characters
@@ -101,6 +105,8 @@ class Scheduled:
     weight: float = 1.0
     key: str = ""
     tokens: int = 1
+    sealed: bool = False  # its batch ends with an end marker: held until it is read
+    end: bool = False  # this record is that marker, not a request
 
 
 def scheduled_as(
@@ -117,9 +123,14 @@ def scheduled_as(
     raw_key: str | bytes | None = None
     raw_weight: str | bytes | None = None
     raw_tokens: str | bytes | None = None
+    sealed = end = False
     pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
     for name, value_ in pairs:  # the last of each wins; the others are not decoded
-        if name == BATCH_HEADER:
+        if name == SEALED_HEADER:
+            sealed = True
+        elif name == END_HEADER:
+            end = True
+        elif name == BATCH_HEADER:
             raw_batch = value_
         elif name == KEY_HEADER:
             raw_key = value_
@@ -136,7 +147,9 @@ def scheduled_as(
     digits = _text(raw_tokens) if raw_tokens is not None else ""
     if 0 < len(digits) <= MAX_NUMBER_CHARS and digits.isascii() and digits.isdigit():
         tokens = min(ceiling, max(floor, int(digits)))
-    return Scheduled(batch_id, weight, key, tokens)
+    if not batch_id:  # the headerless kind is never held: nothing would end it
+        sealed = end = False
+    return Scheduled(batch_id, weight, key, tokens, sealed, end)
 
 
 def batch_of(headers: Headers | None) -> str:

@@ -96,6 +96,11 @@ class PendingIndex:
         self._last_batch = batch_id
         return True
 
+    def skip(self, offset: int) -> None:
+        """The record at ``offset`` is no request (a batch's end marker): passed over."""
+        self.frontier = offset + 1
+        self._last_batch = None
+
     @property
     def full(self) -> bool:
         """Whether the scan should pause: the index holds :data:`MAX_RUNS` runs or

@@ -15,7 +15,14 @@ import math
 
 from batcher.fairshare import MAX_WEIGHT, MIN_WEIGHT
 from worker.config import KafkaConfig, LimitsConfig, producer_max_bytes
-from worker.feeder.headers import BATCH_HEADER, KEY_HEADER, TOKENS_HEADER, WEIGHT_HEADER
+from worker.feeder.headers import (
+    BATCH_HEADER,
+    END_HEADER,
+    KEY_HEADER,
+    SEALED_HEADER,
+    TOKENS_HEADER,
+    WEIGHT_HEADER,
+)
 from worker.kafka import clients
 
 
@@ -51,13 +58,23 @@ def check_weight(weight: float) -> float:
     return weight
 
 
-def pending_headers(batch_id: str, weight: float, key: str = "") -> list[tuple[str, bytes]]:
-    """The headers every record of a batch carries (:func:`tokens_header` is per record)."""
-    return [
+def pending_headers(
+    batch_id: str, weight: float, key: str = "", *, sealed: bool = False
+) -> list[tuple[str, bytes]]:
+    """The headers every record of a batch carries (:func:`tokens_header` is per record);
+    ``sealed``: the batch ends with :func:`end_marker` and is held until it is read."""
+    headers = [
         (BATCH_HEADER, batch_id.encode()),
         (WEIGHT_HEADER, repr(float(weight)).encode()),
         (KEY_HEADER, key.encode()),
     ]
+    return [*headers, (SEALED_HEADER, b"1")] if sealed else headers
+
+
+def end_marker(batch_id: str, weight: float, key: str, count: int) -> list[tuple[str, bytes]]:
+    """The headers of a sealed batch's last record (no value): its ``count`` records are
+    all published (docs/architecture.md §10, "Publish in chunks")."""
+    return [*pending_headers(batch_id, weight, key), (END_HEADER, str(count).encode())]
 
 
 def tokens_header(tokens: int) -> tuple[str, bytes]:

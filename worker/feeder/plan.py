@@ -6,6 +6,12 @@ share (:mod:`batcher.fairshare`) and the drain of stopped batches
 (:mod:`worker.feeder.stops`) — and turns scanned records into the slices of one step.
 The mover (:mod:`worker.feeder.mover`) writes a step in one transaction.
 
+*Sealed batches.* A publisher with fair share commits a batch in short transactions
+and writes its end marker last; each record says so (``batchpipe-sealed``). Such a batch
+is indexed and read ahead as it comes but joins fair share only when its marker is read
+(the marker itself is passed over, never moved), so a batch is never run in part, and
+one whose marker never comes is abandoned after :data:`HOLD_S` (its publisher failed).
+
 *Quarantine.* Nothing one record or one batch holds may stop the feeder: before issue 38
 a record that raised made the feeder rejoin, meet the same record again, and crash-loop
 on every worker of the fleet in turn. A batch whose scan or slice raises anything but a
@@ -24,19 +30,36 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException, Message
 
 from batcher.fairshare import FairShare
 from worker.cancellations import Stop
-from worker.feeder.headers import Charging, headers_of, scheduled_as
+from worker.feeder.headers import Charging, Scheduled, headers_of, scheduled_as
 from worker.feeder.index import PendingIndex
-from worker.feeder.readahead import PartialRead, ReadAhead
+from worker.feeder.readahead import FeederError, PartialRead, ReadAhead
 from worker.feeder.stops import Drain
 
 log = logging.getLogger(__name__)
+
+#: a sealed batch with no record scanned for this long and no end marker is abandoned
+#: (longer than a publisher's transaction may stay open: batchpipe.client)
+HOLD_S = 900.0
+#: batches whose end marker was read, remembered for records published after it
+MAX_ENDED = 100_000
+
+
+@dataclass
+class _Held:
+    """A sealed batch's records scanned before its end marker: not in fair share yet."""
+
+    key: str
+    weight: float
+    count: int = 0
+    tokens: float = 0.0
+    seen: float = 0.0
 
 
 @dataclass
@@ -68,6 +91,7 @@ class Planner:
         ahead: ReadAhead,
         drain: Drain,
         charging: Charging,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.index = index
         self.fair = fair
@@ -76,6 +100,9 @@ class Planner:
         self._charging = charging
         self._stops: list[Stop] = []  # quarantines not yet announced
         self._abandoned: dict[str, int] = {}  # not yet in a step
+        self._held: dict[str, _Held] = {}  # sealed batches whose end marker is not read yet
+        self._ended: dict[str, None] = {}  # batches whose end marker was read (bounded)
+        self._clock = clock
 
     def note(self, records: Sequence[Message]) -> None:
         """Index records the scan read from the pending partition, in offset order."""
@@ -84,20 +111,57 @@ class Planner:
             try:
                 offset = m.offset()
                 assert offset is not None
+                if to.end:
+                    self.index.skip(offset)
+                    self._end(to.batch_id)
+                    continue
                 first = to.batch_id not in self.index.batches
                 if self.index.scan(offset, to.batch_id, to.weight):
                     self.ahead.scanned(to.batch_id, m, first)
                     if not self.drain.stopped(to.batch_id):
-                        weight = self.index.batches[to.batch_id].weight
-                        self.fair.add(to.batch_id, 1, weight, to.key, to.tokens)
+                        self._share(to.batch_id, to)
             except KafkaException:
                 raise
             except Exception as exc:
                 self.quarantine(to.batch_id, f"scanning offset {m.offset()}: {_cause(exc)}")
 
+    def _share(self, batch_id: str, to: Scheduled) -> None:
+        """A record of ``batch_id`` joins fair share, or waits with its batch's until the
+        end marker of a sealed batch is read."""
+        weight = self.index.batches[batch_id].weight
+        if not to.sealed or batch_id in self._ended:
+            self.fair.add(batch_id, 1, weight, to.key, to.tokens)
+            return
+        held = self._held.get(batch_id)
+        if held is None:
+            held = self._held[batch_id] = _Held(to.key, weight)
+        held.count, held.tokens, held.seen = held.count + 1, held.tokens + to.tokens, self._clock()
+
+    def _end(self, batch_id: str) -> None:
+        """``batch_id``'s end marker was read: its publish committed whole, it is fed."""
+        if len(self._ended) >= MAX_ENDED:
+            self._ended.pop(next(iter(self._ended)))  # the oldest: long fed
+        self._ended[batch_id] = None
+        held = self._held.pop(batch_id, None)
+        if held is None or batch_id not in self.index.batches or self.drain.stopped(batch_id):
+            return
+        self.fair.add(batch_id, held.count, held.weight, held.key, held.tokens / held.count)
+
+    def _expire(self) -> None:
+        """A sealed batch with no record for :data:`HOLD_S` and no end marker: its publisher
+        died before it committed the rest, so what it committed is no accepted batch (the
+        publisher failed; ``serve`` publishes it again whole). Abandoned, said, counted."""
+        now = self._clock()
+        for batch_id in [b for b, h in self._held.items() if now - h.seen > HOLD_S]:
+            del self._held[batch_id]
+            if batch_id in self.index.batches:
+                self._abandon(batch_id, FeederError(f"no end marker for {HOLD_S:.0f} s"))
+
     def plan(self, room: int, budget: int) -> Step:
         """Up to ``budget`` records: stopped batches' first (outside the shares and the
         depth), then what fair share chooses within ``room``."""
+        if self._held:
+            self._expire()
         step = Step(stops=self._stops, abandoned=self._abandoned)
         self._stops, self._abandoned = [], {}
         step.slices = self.drain.slices(self.ahead, budget, self._abandon)
