@@ -1,0 +1,137 @@
+"""How long a large upload in progress delays another key's small batch (issue 38).
+
+The feeder reads the pending topic read_committed, so a publish transaction left open
+hides every batch committed after it. On the embedded broker, with a feeder alone (no
+worker; its depth out of the way): alice publishes a 100,000-line file whose lines come
+over 60 s (a slow store: ``publish_file`` reading it, as ``serve`` does), and 20 s in,
+bob's 10-line batch is submitted. The figure is bob's delay: from his ``submit``
+returning (his transaction committed) to all 10 of his requests being in the requests
+topic. Two arms in one run: publishing in chunks with an end marker (now), and the whole
+batch in one transaction (before: ``CHUNK_RECORDS`` and ``CHUNK_S`` out of reach).
+
+    python -m bench.feeder_open_upload [--lines 100000] [--open-s 60] [--bob-at-s 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from batchpipe import client as client_module
+from batchpipe.batchfile import iter_file
+from batchpipe.client import Client
+from bench.common import fresh_config, write_result
+from bench.fairness import lines
+from tests.integration.harness import reader
+from worker.config import Config
+from worker.feeder.feeder import Feeder
+from worker.kafka.broker import EmbeddedBroker
+
+
+def _paced_file(seconds: float, total: int) -> Any:
+    """``iter_file`` whose lines come evenly over ``seconds``."""
+
+    def slow(path: Any, limits: Any) -> Iterator[Any]:
+        started = time.monotonic()
+        for n, request in enumerate(iter_file(path, limits)):
+            wait = started + seconds * n / total - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            yield request
+
+    return slow
+
+
+def _bob_fed(config: Config, deadline: float) -> float | None:
+    """When (monotonic) all 10 of bob's requests were in the requests topic."""
+    consumer = reader(config, config.kafka.requests_topic)
+    seen: set[bytes] = set()
+    try:
+        while time.monotonic() < deadline:
+            for m in consumer.consume(500, timeout=0.05):
+                key = m.key() or b""
+                if m.error() is None and key.startswith(b"bob-"):
+                    seen.add(key)
+            if len(seen) == 10:
+                return time.monotonic()
+    finally:
+        consumer.close()
+    return None
+
+
+def arm(
+    bootstrap: str, chunked: bool, total: int, open_s: float, bob_at_s: float
+) -> dict[str, Any]:
+    base = fresh_config(bootstrap)
+    unbounded = {"min_depth": 200_000, "max_depth": 200_000}  # no worker: depth aside
+    config = replace(base, scheduling=replace(base.scheduling, fair=True, **unbounded))
+    patch = pytest.MonkeyPatch()
+    if not chunked:
+        patch.setattr(client_module, "CHUNK_RECORDS", 10**9)
+        patch.setattr(client_module, "CHUNK_S", 1e6)
+    patch.setattr(client_module, "iter_file", _paced_file(open_s, total))
+    feeder = Feeder(config, CollectorRegistry())
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            big = Path(tmp) / "alice.jsonl"
+            big.write_text("".join(json.dumps(line) + "\n" for line in lines("alice", total)))
+            Client(config).submit(lines("warm", 1), key="warm")
+            feeder.start()
+            alice_done: list[float] = []
+
+            def alice() -> None:
+                Client(config).publish_file(big, total, None, {"echo"}, key="alice")
+                alice_done.append(time.monotonic())
+
+            started = time.monotonic()
+            thread = threading.Thread(target=alice)
+            thread.start()
+            time.sleep(max(0.0, started + bob_at_s - time.monotonic()))
+            Client(config).submit(lines("bob", 10), key="bob")
+            committed = time.monotonic()
+            fed = _bob_fed(config, committed + open_s * 3)
+            thread.join(open_s * 5)
+    finally:
+        patch.undo()
+        feeder.stop()
+    return {
+        "publish": "chunks + end marker" if chunked else "one transaction",
+        "bob_committed_at_s": round(committed - started, 2),
+        "alice_published_at_s": round(alice_done[0] - started, 2) if alice_done else None,
+        "bob_delay_s": round(fed - committed, 2) if fed is not None else None,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lines", type=int, default=100_000)
+    parser.add_argument("--open-s", type=float, default=60.0)
+    parser.add_argument("--bob-at-s", type=float, default=20.0)
+    args = parser.parse_args()
+    with EmbeddedBroker() as broker:
+        arms = [
+            arm(broker.bootstrap, chunked, args.lines, args.open_s, args.bob_at_s)
+            for chunked in (True, False)
+        ]
+    result = {
+        "lines": args.lines,
+        "open_s": args.open_s,
+        "bob_at_s": args.bob_at_s,
+        "goal": "bob's delay <= 2 s with chunks",
+        "arms": arms,
+    }
+    print(write_result("feeder_open_upload", result).read_text())
+
+
+if __name__ == "__main__":
+    main()
