@@ -88,6 +88,10 @@ TextTarget = str | os.PathLike[str] | TextIO
 #: its end marker: docs/architecture.md §10, "Publish in chunks")
 CHUNK_RECORDS = 5_000
 CHUNK_S = 0.5
+CHUNK_BYTES = 64 * 1024 * 1024
+#: a chunk's transaction.timeout.ms: a publisher killed mid-publish leaves its last chunk
+#: open, hiding later batches, this long at most on Apache Kafka (was 600 s for a batch)
+CHUNK_TIMEOUT_S = 60.0
 
 
 class _Chunk:
@@ -95,19 +99,25 @@ class _Chunk:
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
-        self._records, self._started = 0, time.monotonic()
+        self._records, self._bytes, self._started = 0, 0, time.monotonic()
 
-    def full(self, topic: str) -> bool:
-        """One more record on ``topic``; True when the transaction is to commit now."""
+    def full(self, topic: str, size: int) -> bool:
+        """One more record of ``size`` bytes on ``topic``; True when the transaction is
+        to commit now."""
         self.counts[topic] += 1
-        self._records += 1
-        if self._records < CHUNK_RECORDS and time.monotonic() - self._started < CHUNK_S:
+        self._records, self._bytes = self._records + 1, self._bytes + size
+        if (
+            self._records < CHUNK_RECORDS
+            and self._bytes < CHUNK_BYTES
+            and time.monotonic() - self._started < CHUNK_S
+        ):
             return False
         return self.commit()
 
     def commit(self) -> bool:
         """True when the transaction holds records (it is to commit now); starts anew."""
-        held, self._records, self._started = self._records, 0, time.monotonic()
+        held = self._records
+        self._records, self._bytes, self._started = 0, 0, time.monotonic()
         return held > 0
 
 
@@ -257,7 +267,9 @@ class Client:
             kafka,
             transactional_id=f"batchpipe-submit-{batch_id}",
             extra={
-                "transaction.timeout.ms": int(TRANSACTION_LIFETIME_S * 1000),
+                "transaction.timeout.ms": int(
+                    (CHUNK_TIMEOUT_S if fair else TRANSACTION_LIFETIME_S) * 1000
+                ),
                 "message.max.bytes": max_bytes,
             },
         )
@@ -281,7 +293,7 @@ class Client:
                     tokens = tokens_header(request_tokens(req, max_tokens))
                     topic, headers = pending_topic(topic), [*headers, *scheduling, tokens]
                 produce(producer, topic, req.custom_id.encode(), value, headers)
-                if fair and chunk.full(topic):  # an open transaction hides later batches
+                if fair and chunk.full(topic, len(value)):  # an open one hides later batches
                     producer.commit_transaction(TRANSACTION_LIFETIME_S)
                     producer.begin_transaction()
             for topic, count in chunk.counts.items():  # the feeder holds the batch till here
