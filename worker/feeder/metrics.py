@@ -37,7 +37,8 @@ class FeederMetrics:
         )
         self._abandoned = Counter(
             "batchpipe_feeder_abandoned",
-            "Records of quarantined batches that could not be read back from the pending topic.",
+            "Records marked fed and never moved: unreadable records of quarantined batches, "
+            "or a batch published in chunks whose end marker never came.",
             registry=registry,
         )
         self._trim_supported = Gauge(
