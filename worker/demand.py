@@ -1,0 +1,126 @@
+"""A worker's demand report: what it holds unanswered and what its engine can take.
+
+The feeder sizes what it feeds each worker from these reports (docs/architecture.md §10,
+:mod:`worker.feeder.credits`), not from the worker group's committed offsets: a
+committed offset stops at a partition's oldest unanswered record, so one long
+generation made everything answered behind it count as backlog (issue 39). A report is
+a small JSON record keyed by the worker's id on the compacted topic
+``<requests_topic>.demand``, written at most every :data:`REPORT_S` while it changes and
+every :data:`ALIVE_S` while it does not; a worker that stops reporting loses its credit.
+
+- ``positions``: per requests-topic partition it holds, the next offset it will read;
+- ``held``: requests read and not answered yet (running or waiting in the worker);
+  records answered at admission without running (cancelled, expired, quarantined) never
+  count, nor does an answer waiting for its commit;
+- ``running``: of those, how many hold an engine slot now (``prefetch_count``); ``free``:
+  how many more slots it could fill now.
+
+Anyone who can write the topic writes a report, so :func:`decode` bounds every field and
+returns None for anything else: a bad report gives its key no credit, never an error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from math import isfinite
+from typing import Any, Protocol
+
+#: the least time between two reports while the worker's demand changes
+REPORT_S = 0.1
+#: a report at least this often while nothing changes (the feeder's liveness signal)
+ALIVE_S = 1.0
+#: the longest report read, the most partitions it may name, the largest count in it
+MAX_REPORT_BYTES = 64 * 1024
+MAX_PARTITIONS = 4096
+MAX_COUNT = 1 << 40
+
+
+def demand_topic(requests_topic: str) -> str:
+    return f"{requests_topic}.demand"
+
+
+@dataclass(frozen=True)
+class Demand:
+    worker: str
+    at: float  # the worker's wall clock when it wrote the report
+    positions: tuple[tuple[int, int], ...]  # (partition, next offset to read)
+    held: int
+    running: int
+    free: int
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "at": self.at,
+                "positions": [list(p) for p in self.positions],
+                "held": self.held,
+                "running": self.running,
+                "free": self.free,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+
+def decode(key: bytes | None, value: bytes | None) -> Demand | None:
+    """The report ``value`` written under ``key``; None for a tombstone or anything else."""
+    if key is None or value is None or len(key) > 256 or len(value) > MAX_REPORT_BYTES:
+        return None
+    try:
+        raw = json.loads(value)
+        worker = key.decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    counts = [raw.get(name) for name in ("held", "running", "free")]
+    at, positions = raw.get("at"), raw.get("positions")
+    if not all(_count(c) for c in counts) or not isinstance(at, (int, float)) or not isfinite(at):
+        return None
+    held, running, free = (int(c) for c in counts if c is not None)
+    if not isinstance(positions, list) or len(positions) > MAX_PARTITIONS:
+        return None
+    pairs: list[tuple[int, int]] = []
+    for pair in positions:
+        if not (isinstance(pair, list) and len(pair) == 2 and all(_count(v) for v in pair)):
+            return None
+        pairs.append((pair[0], pair[1]))
+    return Demand(worker, float(at), tuple(pairs), held, min(running, held), free)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
+class Producing(Protocol):
+    def produce(self, topic: str, *, key: bytes, value: bytes) -> None: ...
+
+
+class Reporter:
+    """Decides when a worker writes its report: one :meth:`step` per loop step."""
+
+    def __init__(self, worker: str, topic: str, producer: Producing) -> None:
+        self._worker, self._topic, self._producer = worker, topic, producer
+        self._sent_at = float("-inf")
+        self._last: tuple[object, ...] | None = None
+
+    def step(
+        self,
+        now: float,
+        positions: dict[int, int],
+        held: int,
+        running: int,
+        free: int,
+        wall: float | None = None,
+    ) -> bool:
+        """Report if due at ``now`` (monotonic; ``wall``, the wall clock written in the
+        report, defaults to it); True when a report was written."""
+        state = (tuple(sorted(positions.items())), held, running, free)
+        since = now - self._sent_at
+        if since < REPORT_S or (state == self._last and since < ALIVE_S):
+            return False
+        at = now if wall is None else wall
+        report = Demand(self._worker, at, state[0], held, running, free)
+        self._producer.produce(self._topic, key=self._worker.encode(), value=report.encode())
+        self._sent_at, self._last = now, state
+        return True

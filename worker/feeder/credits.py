@@ -1,0 +1,171 @@
+"""How much the feeder may give each worker: credits from the workers' demand reports.
+
+Each worker reports what it holds unanswered, what its engine runs and what more it
+could start (:mod:`worker.demand`). The feeder keeps each worker at *running + one
+batch*: a worker's credit is its engine's free room plus a cushion, less what it holds
+waiting and what the feeder already wrote to its partitions and the worker has not read
+(counted from the feeder's own deliveries against the positions the worker reported)::
+
+    credit = free + cushion − (held − running) − unread
+    cushion = max(batch, read/s × CUSHION_S)
+
+``batch`` is one batch (``batching.prefetch_count``); the rate term covers what a fast
+worker takes between two reports: the feeder's own shared records its positions passed,
+per second of its reports' clock. Nothing is derived from committed offsets or round
+trips, so a long generation pins nothing and a slow step needs no probe: a worker that
+runs 64 requests of 10 s and one of 500 s still reports 64 running and its free room.
+Only records the feeder shared count as unread or read: a stopped batch's drain and
+records other producers wrote are never counted, so a cancel inflates nothing. A report
+is as old as ``REPORT_S`` plus the read: the answers given since then are not credited
+yet, so the error is on the side of feeding less, never of a deeper topic.
+
+A worker whose last report was read, or written, more than :data:`STALE_S` ago has no
+credit (a compacted topic keeps dead workers' last reports) (it died, or
+left): its partitions are fed nothing until a worker that reports holds them, and the
+records already there are answered by whoever is assigned them next. When two reports
+name one partition (a rebalance under way), the newer report holds it.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from worker.demand import Demand
+
+#: a worker that has not reported for this long has no credit
+STALE_S = 3.0
+#: the cushion covers what a worker answers in this long: a report's interval, its age
+#: when read, a feed step, with room to spare (0.5 s kept a one-step-a-request worker
+#: at 0.93 in the fake-clock fleet of tests/unit/worker/feeder/test_credits.py)
+CUSHION_S = 1.0
+#: a worker's answer rate is measured over at least this long
+RATE_SPAN_S = 1.0
+
+
+@dataclass
+class _Worker:
+    demand: Demand
+    seen: float  # the feeder's clock when the report was read
+    read: int = 0  # shared records its positions passed
+    history: deque[tuple[float, int]] = field(default_factory=deque)  # (at, read)
+
+    def rate(self) -> float:
+        (then, before), (now, after) = self.history[0], self.history[-1]
+        return (after - before) / (now - then) if now > then and after >= before else 0.0
+
+
+class Credits:
+    def __init__(
+        self,
+        batch: int,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._batch = max(1, batch)
+        self._clock, self._wall = clock, wall
+        self._workers: dict[str, _Worker] = {}
+        #: per partition, the offsets of shared records written there, ascending
+        self._unread: dict[int, deque[int]] = {}
+        #: per partition, records given out and not delivered yet
+        self._given: dict[int, int] = {}
+
+    def report(self, demand: Demand | None, worker: str | None = None) -> None:
+        """A worker's report (None, with its ``worker``: it left and takes no credit)."""
+        if demand is None:
+            if worker is not None:
+                self._workers.pop(worker, None)
+            return
+        if self._wall() - demand.at > STALE_S:
+            return  # a dead worker's last report, read back from the compacted topic
+        known = self._workers.get(demand.worker)
+        if known is None or demand.at < known.demand.at:  # new, or a restarted worker
+            known = _Worker(demand, self._clock())
+            self._workers[demand.worker] = known
+        known.demand, known.seen = demand, self._clock()
+        for partition, position in demand.positions:
+            unread = self._unread.get(partition)
+            while unread and unread[0] < position:
+                unread.popleft()
+                known.read += 1
+        known.history.append((demand.at, known.read))
+        while len(known.history) > 2 and demand.at - known.history[1][0] >= RATE_SPAN_S:
+            known.history.popleft()
+
+    def returned(self, partition: int) -> None:
+        """A record placed on ``partition`` was not written there (dead-lettered)."""
+        self._given[partition] = max(0, self._given.get(partition, 0) - 1)
+
+    def unread(self) -> int:
+        """Shared records written and not read yet, over every partition."""
+        return sum(len(u) for u in self._unread.values()) + sum(self._given.values())
+
+    def delivered(self, partition: int, offset: int) -> None:
+        """A record the feeder shared was written at ``offset`` of ``partition``."""
+        self._given[partition] = max(0, self._given.get(partition, 0) - 1)
+        unread = self._unread.setdefault(partition, deque())
+        if not unread or offset > unread[-1]:
+            unread.append(offset)
+        else:
+            unread.insert(bisect_left(unread, offset), offset)
+
+    def credits(self) -> dict[str, int]:
+        """Per live worker, how many more records it should get now (may be ≤ 0)."""
+        return {name: credit for name, credit, _ in self._live()}
+
+    def room(self) -> int:
+        """How many shared records may be fed now, over every worker."""
+        return sum(max(0, credit) for _, credit, _ in self._live())
+
+    def place(self, count: int) -> list[int]:
+        """Partitions for the next ``count`` shared records (fewer when credit runs out),
+        spread over the workers with credit and, within a worker, to its partition with
+        the fewest unread; each is counted as given until :meth:`delivered`."""
+        live = [(credit, mine) for _, credit, mine in self._live() if credit > 0]
+        out: list[int] = []
+        while live and len(out) < count:
+            left: list[tuple[int, list[int]]] = []
+            for credit, mine in live:
+                if len(out) >= count:
+                    break
+                partition = min(mine, key=self._backlog)
+                self._given[partition] = self._given.get(partition, 0) + 1
+                out.append(partition)
+                if credit > 1:
+                    left.append((credit - 1, mine))
+            live = left
+        return out
+
+    def _live(self) -> list[tuple[str, int, list[int]]]:
+        """(worker, credit, the partitions it holds) for every worker reporting."""
+        now = self._clock()
+        for name in [n for n, w in self._workers.items() if now - w.seen > 10 * STALE_S]:
+            del self._workers[name]  # long gone: forget it
+        live = {n: w for n, w in self._workers.items() if now - w.seen <= STALE_S}
+        holders: dict[int, str] = {}
+        for name, w in live.items():
+            for partition, _ in w.demand.positions:
+                other = holders.get(partition)
+                if other is None or live[other].demand.at < w.demand.at:
+                    holders[partition] = name
+        out: list[tuple[str, int, list[int]]] = []
+        for name, w in live.items():
+            d = w.demand
+            mine = [p for p, _ in d.positions if holders[p] == name]
+            if not mine:
+                continue
+            positions = dict(d.positions)
+            unread = sum(self._count_from(p, positions[p]) + self._given.get(p, 0) for p in mine)
+            cushion = max(self._batch, int(w.rate() * CUSHION_S))
+            out.append((name, d.free + cushion - (d.held - d.running) - unread, mine))
+        return out
+
+    def _backlog(self, partition: int) -> int:
+        return len(self._unread.get(partition, ())) + self._given.get(partition, 0)
+
+    def _count_from(self, partition: int, position: int) -> int:
+        unread = self._unread.get(partition)
+        return 0 if not unread else len(unread) - bisect_left(unread, position)
