@@ -6,6 +6,11 @@ the model check of ``POST /v1/batches``). Either way a model is served while one
 workers announced it within :data:`~worker.obs.announce.ALIVE_S`. A fleet that announced
 nothing (no worker yet, scaled to zero, or workers that do not announce) serves an
 *unknown* set of models: nothing is refused then.
+
+The announcements held are bounded: at most :data:`MAX_WORKERS` workers, those no longer
+alive dropped first; a record beyond that is not taken (and logged), so a flood of forged
+worker ids on the topic costs a bounded memory. A refusal names at most
+:data:`SHOWN_MODELS` models, each cut to :data:`SHOWN_CHARS` characters.
 """
 
 from __future__ import annotations
@@ -21,9 +26,18 @@ from batchpipe.collect import open_reader, records
 from worker.config import KafkaConfig
 from worker.errors import BatchpipeError
 from worker.kafka import clients
-from worker.obs.announce import Announcement, models_topic
+from worker.obs.announce import MAX_NAME_CHARS, Announcement, models_topic
 
 log = logging.getLogger("batchpipe.fleet")
+
+#: the most workers' announcements held (a fleet of thousands of workers fits)
+MAX_WORKERS = 10_000
+#: the most model names one refusal shows, and the most characters of each
+SHOWN_MODELS, SHOWN_CHARS = 8, 80
+#: seconds between two sweeps of a full table for workers no longer alive (and between
+#: two warnings of records not taken): a flood of forged ids costs no sweep per record
+SWEEP_EVERY_S = 1.0
+_next_sweep = 0.0
 
 
 class ModelNotServedError(BatchpipeError, ValueError):
@@ -46,22 +60,48 @@ def not_served(models: Collection[str], served: Collection[str]) -> str | None:
     if not missing or not served:
         return None
     return (
-        f"model {', '.join(repr(m) for m in missing)} is not served by this fleet; it serves "
-        f"{', '.join(repr(m) for m in sorted(served))}: set body.model to one of them"
+        f"model {_names(missing)} is not served by this fleet; it serves "
+        f"{_names(sorted(served))}: set body.model to one of them"
     )
+
+
+def _names(models: list[str]) -> str:
+    """``models`` for a message, bounded: a tenant's name may be 100 KB long."""
+    shown = [
+        repr(m) if len(m) <= SHOWN_CHARS else f"{m[:SHOWN_CHARS]!r}... ({len(m)} characters)"
+        for m in models[:SHOWN_MODELS]
+    ]
+    more = len(models) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
 def apply_record(
     announced: dict[str, Announcement], key: bytes | None, value: bytes | None
 ) -> None:
-    if key is None:
-        return
+    global _next_sweep
+    if key is None or len(key) > 4 * MAX_NAME_CHARS:
+        return  # nobody's, or no worker's: a worker id is a name of MAX_NAME_CHARS at most
     worker_id = key.decode(errors="replace")
     found = Announcement.decode(value)
     if found is None:
-        announced.pop(worker_id, None)  # a tombstone: that worker stopped
-    else:
-        announced[worker_id] = found
+        announced.pop(worker_id, None)  # a tombstone (that worker stopped) or unreadable
+        return
+    if worker_id not in announced and len(announced) >= MAX_WORKERS:
+        if time.monotonic() < _next_sweep:
+            return
+        _next_sweep = time.monotonic() + SWEEP_EVERY_S
+        now = time.time()
+        for dead in [w for w, item in announced.items() if not item.alive(now)]:
+            del announced[dead]
+        if len(announced) >= MAX_WORKERS:
+            log.warning(
+                "announcements of new workers not taken (%r first): %d workers announced "
+                "already, the most held",
+                worker_id[:SHOWN_CHARS],
+                len(announced),
+            )
+            return
+    announced[worker_id] = found
 
 
 def served_models(kafka: KafkaConfig) -> dict[str, list[Announcement]]:

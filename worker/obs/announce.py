@@ -4,9 +4,15 @@ A worker started by ``batchpipe worker`` announces its model every :data:`EVERY_
 compacted topic ``<kafka.results_topic>.models`` (one partition; the results topic is
 the one every model's group shares), keyed by its worker id: the model name requests
 must carry, its requests topic, its group and the endpoints it answers. Its last record,
-on a clean stop, is a tombstone. Readers (``serve``'s :mod:`batchpipe.api.fleetmodels`,
+on a clean stop, is a tombstone. Readers (``serve`` and ``submit``, :mod:`batchpipe.fleet`,
 ``submit``) count a worker whose announcement is younger than :data:`ALIVE_S`: a worker
-killed without a tombstone drops out after that long.
+killed without a tombstone drops out after that long; one dated more than
+:data:`ALIVE_S` in the reader's future (a wrong clock, or a forged record) counts neither.
+
+Anyone who can write to the topic can write anything there, so a reader takes only what
+fits: a record of at most :data:`MAX_RECORD_BYTES`, names of at most :data:`MAX_NAME_CHARS`,
+at most :data:`MAX_ENDPOINTS` endpoints and a finite time; anything else reads as no
+announcement (:meth:`Announcement.decode`).
 
 A thread and a producer of its own (:class:`Announcer`): nothing here runs on, or waits
 for, the worker loop.
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Collection
@@ -34,6 +41,11 @@ EVERY_S = 10.0
 ALIVE_S = 3 * EVERY_S
 #: the most bytes of one announcement a reader decodes (a model name is short)
 MAX_RECORD_BYTES = 64 * 1024
+#: the longest worker id, model, topic or group name a reader takes (OpenAI's and Hugging
+#: Face's model ids are well under 100 characters; Kafka's topic names under 250)
+MAX_NAME_CHARS = 256
+#: the most endpoints one announcement may list (batchpipe answers three kinds)
+MAX_ENDPOINTS = 16
 
 
 def models_topic(kafka: KafkaConfig) -> str:
@@ -69,10 +81,18 @@ class Announcement:
             )
         except (ValueError, TypeError, KeyError, RecursionError):
             return None
+        names = (found.worker_id, found.model, found.requests_topic, found.group_id)
+        if (
+            any(len(name) > MAX_NAME_CHARS for name in (*names, *found.endpoints))
+            or len(found.endpoints) > MAX_ENDPOINTS
+            or not math.isfinite(found.at)
+        ):
+            return None
         return found
 
     def alive(self, now: float) -> bool:
-        return now - self.at < ALIVE_S
+        """Announced within :data:`ALIVE_S` of ``now``, before or (a clock ahead) after."""
+        return abs(now - self.at) < ALIVE_S
 
 
 class Announcer:

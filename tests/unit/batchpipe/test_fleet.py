@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
+import time
+from dataclasses import replace
 
-from batchpipe.fleet import alive, apply_record, not_served
-from worker.obs.announce import ALIVE_S, Announcement
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from batchpipe import fleet
+from batchpipe.fleet import MAX_WORKERS, alive, apply_record, not_served
+from worker.obs.announce import ALIVE_S, MAX_NAME_CHARS, Announcement
 
 
 def announcement(worker: str, model: str, at: float) -> Announcement:
@@ -54,3 +60,46 @@ def test_an_announcement_round_trips_and_an_oversized_one_is_refused() -> None:
     item = announcement("w1", "a", 12.5)
     assert Announcement.decode(item.encode()) == item
     assert Announcement.decode(b"{" + b" " * 70_000 + b"}") is None
+
+
+def test_a_refusal_is_bounded_whatever_the_names() -> None:
+    long_name = "ü" * 100_000
+    served = {f"model-{i}" for i in range(5_000)}
+    why = not_served({long_name, "x"}, served)
+    assert why is not None and len(why) < 2_000
+    assert "100000 characters" in why and "'x'" in why and "more" in why
+
+
+def test_announcements_out_of_bounds_read_as_none() -> None:
+    fine = announcement("w1", "a", 5.0)
+    assert Announcement.decode(replace(fine, model="m" * (MAX_NAME_CHARS + 1)).encode()) is None
+    assert Announcement.decode(replace(fine, endpoints=("chat",) * 17).encode()) is None
+    for at in ("1e400", "-1e400", "NaN", "Infinity"):
+        value = fine.encode().replace(b'"at": 5.0', b'"at": ' + at.encode())
+        assert Announcement.decode(value) is None, at
+    assert not announcement("w1", "a", 1000.0 + ALIVE_S).alive(now=1000.0)  # far future
+    assert announcement("w1", "a", 1001.0).alive(now=1000.0)  # a clock a second ahead
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=st.one_of(st.none(), st.binary(max_size=2_000)), value=st.one_of(st.none(), st.binary()))
+def test_any_record_leaves_the_fleet_readable(key: bytes | None, value: bytes | None) -> None:
+    announced = {"w1": announcement("w1", "a", time.time())}
+    apply_record(announced, key, value)
+    for workers in alive(announced, time.time()).values():
+        assert all(abs(int(w.at) - time.time()) < ALIVE_S + 1 for w in workers)
+
+
+def test_a_flood_of_worker_ids_is_held_to_max_workers_dead_ones_first() -> None:
+    now = time.time()
+    announced: dict[str, Announcement] = {}
+    for i in range(MAX_WORKERS):
+        apply_record(announced, f"dead{i}".encode(), announcement(f"d{i}", "a", now - 99).encode())
+    fleet.__dict__["_next_sweep"] = 0.0
+    apply_record(announced, b"live", announcement("live", "b", now).encode())
+    assert list(announced) == ["live"]  # the dead were swept to take it
+    for i in range(2 * MAX_WORKERS):
+        apply_record(announced, f"forged{i}".encode(), announcement(f"f{i}", "z", now).encode())
+    assert len(announced) == MAX_WORKERS and "live" in announced
+    apply_record(announced, b"k" * 100_000, announcement("k", "k", now).encode())
+    assert len(announced) == MAX_WORKERS
