@@ -55,6 +55,12 @@ def _path_problem(schema: Mapping[str, Any], path: list[str]) -> str | None:
     for depth, part in enumerate(path):
         if _is_mapping(node):
             return None  # a key of the user's own (a librdkafka name, a model)
+        if depth and "properties" not in node:
+            above = path[:depth]
+            return (
+                f"{'.'.join(above)} is one value, not a group of settings: set "
+                f"{variable_name(above)}"
+            )
         props: Mapping[str, Any] = node.get("properties", {})
         if part not in props:
             where = ".".join(path[:depth]) or "the configuration"
@@ -83,6 +89,12 @@ def _spelling(schema: Mapping[str, Any], rest: str) -> list[str] | None:
         return None
 
     return walk(schema, rest)
+
+
+def _short(exc: BaseException, most: int = 200) -> str:
+    """``exc``'s message, cut to ``most`` characters (a value may be 100 KB long)."""
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= most else text[:most] + "..."
 
 
 def variable_name(path: list[str]) -> str:
@@ -117,7 +129,12 @@ def env_settings(
         if problem is not None:
             problems.append(f"environment {name}: {problem}")
             continue
-        value: Any = parse(raw)
+        try:
+            value: Any = parse(raw)
+        except (ValueError, RecursionError) as exc:
+            # YAML's own: an integer of more than 4,300 digits, a value nested too deep
+            problems.append(f"environment {name}: its value cannot be read: {_short(exc)}")
+            continue
         # kafka.client keys are librdkafka names ("security.protocol"): "_" stands for ".";
         # their values stay strings, as librdkafka takes them (a password "123456" is text)
         if len(path) == 3 and path[:2] == ["kafka", "client"]:

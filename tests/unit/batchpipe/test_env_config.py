@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from worker.config import ConfigError, load_config
 
@@ -57,3 +59,43 @@ def test_a_refused_value_names_its_variable_unless_set_overrode_it() -> None:
             None, ["batching.timeout_ms=later"], environ={"BATCHPIPE_BATCHING__TIMEOUT_MS": "x"}
         )
     assert "environment" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "words"),
+    [
+        ("BATCHPIPE_METRICS__PORT", "9" * 5_000, ["cannot be read", "4300 digits"]),
+        ("BATCHPIPE_METRICS__PORT", "[" * 100_000, ["cannot be read"]),
+        ("BATCHPIPE_API__KEY_WEIGHTS", "{a: " * 3_000, ["cannot be read"]),
+        ("BATCHPIPE_METRICS__PORT__X", "1", ["metrics.port is one value", "METRICS__PORT"]),
+        ("BATCHPIPE_ÉTÉ__X", "1", ["no setting 'été'"]),
+        ("BATCHPIPE_KAFKA__ÉTÉ", "ü" * 100_000, ["kafka has no setting 'été'"]),
+    ],
+)
+def test_any_unicode_or_huge_value_is_a_config_error_naming_its_variable(
+    name: str, value: str, words: list[str]
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(environ={name: value})
+    message = str(refused.value)
+    assert f"environment {name}" in message and len(message) < 2_000
+    assert all(word in message for word in words), message
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    path=st.sampled_from(
+        ["METRICS__PORT", "SCHEDULING__WEIGHT", "API__KEY_WEIGHTS", "KAFKA__CLIENT__X", "X__Y"]
+    ),
+    value=st.one_of(
+        st.text(max_size=300),
+        st.text(alphabet="[{-:9.e ", max_size=3_000),
+        st.integers(min_value=4_000, max_value=6_000).map(lambda n: "7" * n),
+    ),
+)
+def test_any_value_loads_or_is_refused_naming_its_variable(path: str, value: str) -> None:
+    name = f"BATCHPIPE_{path}"
+    try:
+        load_config(environ={name: value})
+    except ConfigError as exc:
+        assert name in str(exc) or path.lower().replace("__", ".") in str(exc)
