@@ -55,12 +55,32 @@ _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 
 
+#: the longest duration a flag takes (ten years: past any topic's retention); longer ones
+#: reached Kafka as a timestamp below 1970 that does not fit its 64 bits
+MAX_DURATION_S = 3650 * 86400
+
+
 def duration(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``24h``, ``7d`` → seconds."""
+    """``90``, ``90s``, ``15m``, ``24h``, ``7d`` → seconds, more than 0 and at most
+    :data:`MAX_DURATION_S`."""
     match = _DURATION.fullmatch(text.strip())
     if not match:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m, 24h or 7d")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
+    seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if not 0 < seconds <= MAX_DURATION_S:
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration is more than 0 and at most 3650d")
+    return seconds
+
+
+def positive_int(text: str) -> int:
+    """A count of at least 1 (``--limit``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least 1")
+    return value
 
 
 def _config_options() -> argparse.ArgumentParser:
@@ -144,7 +164,7 @@ def _submit_options(submit: argparse.ArgumentParser) -> None:
         type=float,
         metavar="W",
         help="with scheduling.fair: this batch's share of the fleet against the other "
-        "active keys and its key's other batches, in (0, 1000] (default: "
+        "active keys and its key's other batches, in [0.001, 1000] (default: "
         "scheduling.weight, 1); without it the batch joins the requests topic's FIFO and a "
         "weight is refused",
     )
@@ -368,7 +388,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="how far back to look (90s, 15m, 24h, 7d; default: 24h)",
     )
     listing.add_argument(
-        "--limit", type=int, default=20, metavar="N", help="show at most N (default: 20)"
+        "--limit",
+        type=positive_int,
+        default=20,
+        metavar="N",
+        help="show at most N, at least 1 (default: 20; --json says has_more when there are more)",
     )
     listing.add_argument("--json", action="store_true", help="one JSON object, as the SDK's")
     _route_option(listing, "routes tell list which requests topics to read")
@@ -584,7 +608,7 @@ def _list(args: argparse.Namespace) -> int:
 
     client = _client(args)
     found = list_batches(client, time.time() - args.last, DEFAULT_COMPLETION_WINDOW_S)
-    shown = found[: max(0, args.limit)]
+    shown = found[: args.limit]
     if args.json:
         doc = {"object": "list", "data": [b.to_dict() for b in shown]}
         print(json.dumps(doc | {"has_more": len(found) > len(shown)}))

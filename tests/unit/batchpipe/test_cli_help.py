@@ -149,3 +149,32 @@ def test_status_text_and_json_forms() -> None:
     assert "cost      0.3000 (at 2 per 1k tokens)" in text
     assert "cost" not in format_status(BatchStatus("b", 1, 0, 0, "expired", 0, 0, 0, None), None)
     assert json.loads(json.dumps(status.to_dict()))["status"] == "in_progress"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["list", "--limit", "-1"], "'-1': at least 1"),
+        (["list", "--limit", "0"], "'0': at least 1"),
+        (["list", "--limit", "ten"], "not a whole number"),
+        (["list", "--last", "0"], "more than 0"),
+        (["list", "--last", "99999999999999999999d"], "at most 3650d"),
+        (["collect", "b", "--timeout", "9" * 400], "at most 3650d"),
+        (["status", "b", "--completion-window", "0s"], "more than 0"),
+    ],
+)
+def test_a_flag_out_of_bounds_is_exit_2_naming_it(
+    capsys: pytest.CaptureFixture[str], args: list[str], says: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--bootstrap", UNUSED_BOOTSTRAP])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert says in err and args[1] in err and "Traceback" not in err
+
+
+def test_the_weight_help_states_the_bound_enforced(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["submit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "[0.001, 1000]" in text and "(0, 1000]" not in text
