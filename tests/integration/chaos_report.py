@@ -1,7 +1,7 @@
 """The chaos suite's report: one row per scenario, written where ``BATCHPIPE_CHAOS_REPORT`` says.
 
 ``bench/results/chaos.json`` is such a report from a real run; ``bench/tables.py``
-renders the README's Guarantees table from it. Writing replaces the file with the
+renders docs/guarantees.md's table from it. Writing replaces the file with the
 scenarios of this run only, so a report never mixes runs of different code.
 """
 
