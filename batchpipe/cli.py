@@ -600,7 +600,15 @@ def _submit(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     client, receipt = _publish(args)
     print(receipt.batch_id, flush=True)
-    return _write_answers(args, client, receipt.batch_id, receipt.submitted_at)
+    try:
+        return _write_answers(args, client, receipt.batch_id, receipt.submitted_at)
+    except KeyboardInterrupt:
+        # Ctrl-C stops the following, not the batch: say so, lest it be submitted twice
+        _report(
+            f"interrupted: batch {receipt.batch_id} was published and the workers still "
+            f"answer it; follow it again with: batchpipe collect {receipt.batch_id}"
+        )
+        raise
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -4,11 +4,14 @@ list`` (the fleet's batches, newest first), as a user types them."""
 from __future__ import annotations
 
 import json
+import select
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import echo_examples, run, worker, write_config
+from tests.e2e.cli import BATCHPIPE, clean_env, echo_examples, run, worker, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -49,3 +52,28 @@ def test_run_and_list_explain_themselves(command: str) -> None:
     done = run(command, "--help", timeout=60)
     assert done.returncode == 0
     assert "newest first" in done.stdout or "-o" in done.stdout
+
+
+def test_ctrl_c_stops_run_following_and_says_the_batch_goes_on(tmp_path: Path, broker: str) -> None:
+    config = write_config(tmp_path, broker, {"kind": "echo"})  # no worker: it never ends
+    requests = echo_examples(tmp_path)
+    follow = subprocess.Popen(
+        [*BATCHPIPE, "run", str(requests), "-o", str(tmp_path / "out.jsonl"), "-c", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        cwd=tmp_path,
+    )
+    try:
+        assert follow.stdout is not None
+        readable, _, _ = select.select([follow.stdout], [], [], 240)
+        assert readable, "run printed no batch id"
+        batch_id = follow.stdout.readline().strip()
+        assert batch_id.startswith("batch_")
+        follow.send_signal(signal.SIGINT)
+        _, err = follow.communicate(timeout=120)
+    finally:
+        follow.kill()
+    assert follow.returncode == 130, err
+    assert f"batchpipe collect {batch_id}" in err and "Traceback" not in err
