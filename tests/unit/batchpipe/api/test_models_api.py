@@ -78,3 +78,34 @@ def test_hostile_announcements_leave_the_listing_served_and_bounded(tmp_path: Pa
         listed = test_client.get("/v1/models", headers={"Authorization": "Bearer sk-alice"})
     assert listed.status_code == 200
     assert [m["id"] for m in listed.json()["data"]] == ["echo"]
+
+
+@pytest.mark.parametrize("model", ["ü" * 100_000, "模型-🙂", "gpt\u202e-evil"])
+def test_a_batch_for_a_model_nobody_serves_is_a_bounded_400_naming_the_field(
+    tmp_path: Path, model: str
+) -> None:
+    live = Announcement("w1", "echo", "requests", "g", ("chat",), time.time())
+    fleet = _fleet(tmp_path, [(b"w1", live.encode())])
+    svc = replace(services(unit_config(tmp_path)), fleet=fleet)
+    line = {
+        "custom_id": "a",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": model, "messages": [{"role": "user", "content": "hi"}]},
+    }
+    with client(svc) as test_client:
+        sdk = _sdk(test_client)
+        uploaded = sdk.files.create(
+            file=("in.jsonl", json.dumps(line).encode() + b"\n"), purpose="batch"
+        )
+        with pytest.raises(openai.BadRequestError) as refused:
+            sdk.batches.create(
+                input_file_id=uploaded.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+            )
+    error = refused.value.body
+    assert isinstance(error, dict)
+    assert (error["param"], error["code"]) == ("input_file_id", "model_not_found")
+    assert len(error["message"]) < 1_000 and "'echo'" in error["message"]
+    assert repr(model)[1:21] in error["message"]  # escaped: no control character
