@@ -618,8 +618,15 @@ def _list(args: argparse.Namespace) -> int:
     found = list_batches(client, time.time() - args.last, DEFAULT_COMPLETION_WINDOW_S)
     shown = found[: args.limit]
     if args.json:
-        doc = {"object": "list", "data": [b.to_dict() for b in shown]}
-        print(json.dumps(doc | {"has_more": len(found) > len(shown)}))
+        data = [b.to_dict() for b in shown]
+        doc = {
+            "object": "list",
+            "data": data,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+            "has_more": len(found) > len(shown),
+        }
+        print(json.dumps(doc))
     elif shown:
         print(format_listing(shown))
     else:

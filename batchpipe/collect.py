@@ -161,7 +161,8 @@ class BatchStatus:
             "id": self.batch_id,
             "object": "batch",
             "status": self.state,
-            "created_at": self.submitted_at,
+            # whole seconds, as OpenAI's Batch.created_at
+            "created_at": None if self.submitted_at is None else int(self.submitted_at),
             "request_counts": {
                 "total": self.total,
                 "completed": self.completed,

@@ -44,6 +44,8 @@ def test_run_writes_every_answer_and_list_shows_the_batches_newest_first(
         as_json = run("list", "--json", "--limit", "1", "-c", str(config))
         doc = json.loads(as_json.stdout)
         assert [b["id"] for b in doc["data"]] == [second] and doc["has_more"] is True
+        assert doc["first_id"] == doc["last_id"] == second  # the SDK's cursor page
+        assert isinstance(doc["data"][0]["created_at"], int)  # OpenAI's whole seconds
         assert doc["data"][0]["request_counts"]["total"] == 8
 
 

@@ -149,6 +149,10 @@ def test_status_state_and_cost() -> None:
     assert done.state == "completed"
     assert done.to_dict()["request_counts"] == {"total": 3, "completed": 3, "failed": 0}
     assert done.to_dict()["usage"]["total_tokens"] == 45
+    fractional = tally.status(
+        submitted_at=100.7, now=1e9, completion_window_s=60, price_per_1k=None
+    ).to_dict()
+    assert fractional["created_at"] == 100 and isinstance(fractional["created_at"], int)
 
 
 def test_generated_batch_ids_carry_their_submit_time() -> None:
