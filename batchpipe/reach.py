@@ -14,6 +14,8 @@ still reported, never silently waited on.
 from __future__ import annotations
 
 import logging
+import os
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -25,7 +27,8 @@ import yaml
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from worker.config import Config, KafkaConfig
+from worker.config import Config, ConfigError, KafkaConfig
+from worker.envconfig import ENV_PREFIX
 from worker.errors import BatchpipeError
 
 #: how long the metadata request may take; a broker that answers does in milliseconds
@@ -80,7 +83,10 @@ def check_broker(
         logger.handlers = [logging.NullHandler()]
     settings: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers, **kafka.client}
     settings |= {"logger": logger, "socket.connection.setup.timeout.ms": int(timeout_s * 1000)}
-    admin = AdminClient(settings)
+    try:
+        admin = AdminClient(settings)
+    except KafkaException as exc:  # a kafka.client setting librdkafka does not take
+        raise ConfigError(client_setting_problem(exc, os.environ)) from exc
     try:
         admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
@@ -92,6 +98,19 @@ def check_broker(
             f"{BOOTSTRAP_VARIABLE}); -v shows librdkafka's log "
             f"[{exc.args[0].name() if exc.args else 'no answer'}]"
         ) from exc
+
+
+def client_setting_problem(exc: KafkaException, environ: Mapping[str, str]) -> str:
+    """``exc`` (librdkafka refusing a setting) as a configuration error naming the
+    ``kafka.client`` setting and, when one set it, its environment variable."""
+    why = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+    named = re.search(r'"([^"]{1,200})"', why)
+    if named is None:
+        return f"kafka.client: librdkafka refuses it: {why}"
+    name = named.group(1)
+    line = f"kafka.client.{name}: librdkafka refuses it: {why}"
+    variable = ENV_PREFIX + "KAFKA__CLIENT__" + name.replace(".", "_").upper()
+    return f"{line} (from environment {variable})" if variable in environ else line
 
 
 class _QuietHandler(logging.Handler):

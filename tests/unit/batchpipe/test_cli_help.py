@@ -178,3 +178,23 @@ def test_the_weight_help_states_the_bound_enforced(capsys: pytest.CaptureFixture
         main(["submit", "--help"])
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     assert "[0.001, 1000]" in text and "(0, 1000]" not in text
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("BATCHPIPE_KAFKA__CLIENT__NOT_A_KEY", "1", "kafka.client.not.a.key"),
+        ("BATCHPIPE_KAFKA__CLIENT__SOCKET_TIMEOUT_MS", "äbc", "kafka.client.socket.timeout.ms"),
+    ],
+)
+def test_a_client_setting_librdkafka_refuses_is_exit_2_naming_its_variable(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+    value: str,
+    says: str,
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert main(["list", "--bootstrap", UNUSED_BOOTSTRAP]) == 2
+    err = capsys.readouterr().err
+    assert says in err and f"from environment {variable}" in err and "Traceback" not in err
