@@ -34,7 +34,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 # The only code points UTF-8 cannot encode. JSON can still carry them (``"\ud800"``), and
 # protobuf raises UnicodeEncodeError on them: found at decode time, they are a bad request.
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE = re.compile(f"[{chr(0xD800)}-{chr(0xDFFF)}]")  # chr(): mypyc refuses the literal
 
 
 def escaped(text: str) -> str:
