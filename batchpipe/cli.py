@@ -39,6 +39,7 @@ from batchpipe.client import (
     Client,
     CollectTimeoutError,
     SubmitReceipt,
+    check_name,
 )
 from batchpipe.fleet import ModelNotServedError, not_served, served_models
 from batchpipe.progress import make_progress
@@ -575,6 +576,11 @@ def _publish(args: argparse.Namespace) -> tuple[Client, SubmitReceipt]:
             raise ConfigError(f"--weight: {exc}") from exc
     if args.key and not config.scheduling.fair:
         raise ConfigError("--key: applies with scheduling.fair only (a FIFO has no shares)")
+    for flag, text in (("--batch-id", args.batch_id), ("--key", args.key)):
+        try:
+            check_name(text or "", flag)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
     # a bad file or a model without a route is refused before Kafka is asked
     scan = scan_file(args.file, limits)
     client = Client(quiet_clients(config, args.verbose), limits=limits)
@@ -599,8 +605,8 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     client, receipt = _publish(args)
-    print(receipt.batch_id, flush=True)
-    try:
+    try:  # from here on the batch is published, whatever Ctrl-C interrupts
+        print(receipt.batch_id, flush=True)
         return _write_answers(args, client, receipt.batch_id, receipt.submitted_at)
     except KeyboardInterrupt:
         # Ctrl-C stops the following, not the batch: say so, lest it be submitted twice

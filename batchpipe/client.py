@@ -51,6 +51,7 @@ from batchpipe.progress import Progress
 from worker.config import Config, load_config, producer_max_bytes
 from worker.errors import BatchpipeError, RequestError
 from worker.feeder.estimate import request_tokens
+from worker.feeder.headers import MAX_ID_CHARS
 from worker.feeder.naming import (
     check_weight,
     end_marker,
@@ -119,6 +120,18 @@ class _Chunk:
         held = self._records
         self._records, self._bytes, self._started = 0, 0, time.monotonic()
         return held > 0
+
+
+def check_name(text: str, what: str) -> str:
+    """``text`` if it can be a batch id or key: the feeder keeps at most
+    :data:`~worker.feeder.headers.MAX_ID_CHARS` characters (a longer one would lose the
+    batch its schedule, in silence) and ``list`` shows it as written, so no control
+    character. ``ValueError`` naming ``what`` otherwise."""
+    if len(text) > MAX_ID_CHARS:
+        raise ValueError(f"{what}: at most {MAX_ID_CHARS} characters, got {len(text)}")
+    if not text.isprintable():
+        raise ValueError(f"{what}: {text[:40]!r} holds a character that is not printable")
+    return text
 
 
 @dataclass(frozen=True)
@@ -198,7 +211,8 @@ class Client:
         it on by fair share (docs/architecture.md §10): ``key`` names whose share it takes
         (the publisher's: a key's batches together get one key's share), ``weight``
         (default ``scheduling.weight``) is its share against other keys and within its
-        key against its other batches; ``ValueError`` when it is not in [0.001, 1000].
+        key against its other batches; ``ValueError`` when it is not in [0.001, 1000],
+        or when ``batch_id`` or ``key`` fails :func:`check_name`.
         """
         checked = validate_requests(requests, self.limits)
         models = {r.model for r in checked}
@@ -250,6 +264,8 @@ class Client:
         key: str,
     ) -> SubmitReceipt:
         kafka, fair = self.config.kafka, self.config.scheduling.fair
+        check_name(batch_id or "", "batch_id")
+        check_name(key, "key")
         share = check_weight(self.config.scheduling.weight if weight is None else weight)
         # every model is routed before anything is produced: a refused batch leaves no
         # record at all (aborted records still reach readers on some brokers, §7)

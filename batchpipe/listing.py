@@ -72,6 +72,13 @@ def _values(
         consumer.close()
 
 
+def shown(batch_id: str) -> str:
+    """``batch_id`` for a terminal: anyone who can write to the topics names batches, so
+    one with a control character (an escape sequence) is shown escaped, and cut."""
+    text = batch_id if batch_id.isprintable() else repr(batch_id)
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
 def format_listing(batches: list[BatchStatus]) -> str:
     """One line per batch: id, state, counts and submit time (UTC)."""
     lines = []
@@ -82,7 +89,8 @@ def format_listing(batches: list[BatchStatus]) -> str:
             else "?"
         )
         lines.append(
-            f"{b.batch_id}  {b.state:<11}  {b.completed + b.failed}/{b.total or '?'} answered "
+            f"{shown(b.batch_id)}  {b.state:<11}  "
+            f"{b.completed + b.failed}/{b.total or '?'} answered "
             f"({b.completed} completed, {b.failed} failed)  submitted {when} UTC"
         )
     return "\n".join(lines)

@@ -78,4 +78,4 @@ def test_ctrl_c_stops_run_following_and_says_the_batch_goes_on(tmp_path: Path, b
     finally:
         follow.kill()
     assert follow.returncode == 130, err
-    assert f"batchpipe collect {batch_id}" in err and "Traceback" not in err
+    assert f"batchpipe collect {batch_id}" in err and "Traceback" not in err, err

@@ -198,3 +198,38 @@ def test_a_client_setting_librdkafka_refuses_is_exit_2_naming_its_variable(
     assert main(["list", "--bootstrap", UNUSED_BOOTSTRAP]) == 2
     err = capsys.readouterr().err
     assert says in err and f"from environment {variable}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--batch-id", "b" * 257], "--batch-id: at most 256 characters, got 257"),
+        (["--batch-id", "evil\x1b[2J"], "--batch-id: 'evil\\x1b[2J' holds a character"),
+        (["--key", "k" * 100_000, "--set", "scheduling.fair=true"], "--key: at most 256"),
+        (["--key", "a\nb", "--set", "scheduling.fair=true"], "--key: 'a\\nb' holds"),
+    ],
+)
+def test_a_batch_id_or_key_the_feeder_would_drop_is_refused_before_kafka(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], says: str
+) -> None:
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("{}\n")
+    assert main(["submit", str(batch), *args, "--bootstrap", UNUSED_BOOTSTRAP]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_the_client_refuses_them_too_and_list_shows_a_hostile_id_escaped() -> None:
+    from batchpipe import Client
+    from batchpipe.listing import format_listing
+
+    line = {
+        "custom_id": "a",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": "echo", "messages": [{"role": "user", "content": "hi"}]},
+    }
+    with pytest.raises(ValueError, match="batch_id: at most 256"):
+        Client(Config()).submit([line], batch_id="b" * 300)
+    hostile = BatchStatus("batch_1\x1b]0;pwned\x07", 1, 1, 0, "completed", 0, 0, 0, None)
+    shown = format_listing([hostile])
+    assert "\x1b" not in shown and "\\x1b" in shown
