@@ -221,15 +221,10 @@ def test_a_batch_id_or_key_the_feeder_would_drop_is_refused_before_kafka(
 def test_the_client_refuses_them_too_and_list_shows_a_hostile_id_escaped() -> None:
     from batchpipe import Client
     from batchpipe.listing import format_listing
+    from tests.unit.batchpipe.api.fakes import LINE
 
-    line = {
-        "custom_id": "a",
-        "method": "POST",
-        "url": "/v1/chat/completions",
-        "body": {"model": "echo", "messages": [{"role": "user", "content": "hi"}]},
-    }
     with pytest.raises(ValueError, match="batch_id: at most 256"):
-        Client(Config()).submit([line], batch_id="b" * 300)
+        Client(Config()).submit([json.loads(LINE)], batch_id="b" * 300)
     hostile = BatchStatus("batch_1\x1b]0;pwned\x07", 1, 1, 0, "completed", 0, 0, 0, None)
     shown = format_listing([hostile])
     assert "\x1b" not in shown and "\\x1b" in shown
