@@ -50,8 +50,10 @@ class ApiError(BatchpipeError):
 
 
 def not_found(kind: str, object_id: str, param: str | None = None) -> ApiError:
-    """What OpenAI answers for an id that does not exist — or belongs to another key."""
-    return ApiError(404, f"No such {kind}: {object_id!r}", param=param, code="not_found")
+    """What OpenAI answers for an id that does not exist — or belongs to another key.
+    The id is the caller's: it is shown cut to 100 characters."""
+    shown = repr(object_id) if len(object_id) <= 100 else f"{object_id[:100]!r}..."
+    return ApiError(404, f"No such {kind}: {shown}", param=param, code="not_found")
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:

@@ -49,6 +49,9 @@ def test_the_sdk_lists_and_retrieves_models_and_an_unknown_id_is_openais_404(
         assert isinstance(error, dict)
         assert error["code"] == "not_found" and "gpt-ünknown" in error["message"]
         assert set(error) >= {"message", "type", "param", "code"}
+        with pytest.raises(openai.NotFoundError) as long_id:
+            sdk.models.retrieve("m" * 12_000)
+        assert len(str(long_id.value)) < 1_000  # the caller's id is not echoed whole
         stranger = _sdk(test_client, key="sk-nobody")
         with pytest.raises(openai.AuthenticationError):
             stranger.models.list()
