@@ -7,10 +7,12 @@ workers announced it within :data:`~worker.obs.announce.ALIVE_S`. A fleet that a
 nothing (no worker yet, scaled to zero, or workers that do not announce) serves an
 *unknown* set of models: nothing is refused then.
 
-The announcements held are bounded: at most :data:`MAX_WORKERS` workers, those no longer
-alive dropped first; a record beyond that is not taken (and logged), so a flood of forged
-worker ids on the topic costs a bounded memory. A refusal names at most
-:data:`SHOWN_MODELS` models, each cut to :data:`SHOWN_CHARS` characters.
+The announcements held are bounded: one already silent when read is never held (the
+compacted topic keeps the last record of every worker ever killed), at most
+:data:`MAX_WORKERS` workers, those fallen silent since swept first; a record beyond that
+is not taken (and logged), so a flood of forged worker ids costs a bounded memory. A
+refusal names at most :data:`SHOWN_MODELS` models, each cut to :data:`SHOWN_CHARS`
+characters.
 """
 
 from __future__ import annotations
@@ -83,8 +85,10 @@ def apply_record(
         return  # nobody's, or no worker's: a worker id is a name of MAX_NAME_CHARS at most
     worker_id = key.decode(errors="replace")
     found = Announcement.decode(value)
-    if found is None:
-        announced.pop(worker_id, None)  # a tombstone (that worker stopped) or unreadable
+    if found is None or not found.alive(time.time()):
+        # a tombstone (that worker stopped), unreadable, or silent since: the compacted
+        # topic keeps the last record of every worker ever killed, which is never held
+        announced.pop(worker_id, None)
         return
     if worker_id not in announced and len(announced) >= MAX_WORKERS:
         if time.monotonic() < _next_sweep:

@@ -30,7 +30,7 @@ def test_a_worker_counts_while_its_last_announcement_is_younger_than_alive_s() -
 
 def test_a_tombstone_withdraws_a_worker_and_garbage_is_ignored() -> None:
     announced: dict[str, Announcement] = {}
-    apply_record(announced, b"w1", announcement("w1", "a", 5.0).encode())
+    apply_record(announced, b"w1", announcement("w1", "a", time.time()).encode())
     apply_record(announced, b"w2", b"not json")
     apply_record(announced, None, announcement("w9", "z", 5.0).encode())  # no key: nobody's
     assert list(announced) == ["w1"]
@@ -93,13 +93,18 @@ def test_any_record_leaves_the_fleet_readable(key: bytes | None, value: bytes | 
 def test_a_flood_of_worker_ids_is_held_to_max_workers_dead_ones_first() -> None:
     now = time.time()
     announced: dict[str, Announcement] = {}
-    for i in range(MAX_WORKERS):
+    # what a long-lived fleet's killed workers leave on the compacted topic: never held
+    for i in range(3 * MAX_WORKERS):
         apply_record(announced, f"dead{i}".encode(), announcement(f"d{i}", "a", now - 99).encode())
-    fleet.__dict__["_next_sweep"] = 0.0
     apply_record(announced, b"live", announcement("live", "b", now).encode())
-    assert list(announced) == ["live"]  # the dead were swept to take it
+    assert list(announced) == ["live"]
+    # workers that fell silent since they were taken are swept when the table is full
+    announced |= {f"gone{i}": announcement(f"g{i}", "a", now - 99) for i in range(MAX_WORKERS)}
+    fleet.__dict__["_next_sweep"] = 0.0
+    apply_record(announced, b"new", announcement("new", "c", now).encode())
+    assert sorted(announced) == ["live", "new"]
     for i in range(2 * MAX_WORKERS):
         apply_record(announced, f"forged{i}".encode(), announcement(f"f{i}", "z", now).encode())
-    assert len(announced) == MAX_WORKERS and "live" in announced
+    assert len(announced) == MAX_WORKERS and {"live", "new"} <= set(announced)
     apply_record(announced, b"k" * 100_000, announcement("k", "k", now).encode())
     assert len(announced) == MAX_WORKERS
