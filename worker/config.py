@@ -22,7 +22,7 @@ import jsonschema
 import yaml
 
 from worker.engines.models import known_task
-from worker.envconfig import env_settings, origin_of
+from worker.envconfig import env_settings, origin_of, short
 from worker.errors import BatchpipeError
 from worker.routing import reserved_topics, route_problems
 
@@ -558,7 +558,8 @@ def _schema_error(
     """``path: why``, naming the environment variable the value came from (unless a
     ``--set`` overrode it)."""
     path = tuple(map(str, error.absolute_path))
-    line = f"{'.'.join(path) or '<root>'}: {error.message}"
+    # a value may be 100 KB long: the message names it, cut, never echoes it whole
+    line = f"{'.'.join(path) or '<root>'}: {short(error.message, 300)}"
     node: Any = sets
     for part in path:
         node = node.get(part) if isinstance(node, Mapping) else None
@@ -575,7 +576,11 @@ def _from_sets(sets: Iterable[str]) -> dict[str, Any]:
         path = key.split(".")
         # everything after kafka.client. is one librdkafka key with dots in it, and after
         # kafka.routes. one model name (which may hold dots); both values stay text
-        value: Any = _parse_scalar(raw)
+        try:
+            value: Any = _parse_scalar(raw)
+        except (ValueError, RecursionError) as exc:
+            # YAML's own: an integer of more than 4,300 digits, a value nested too deep
+            raise ConfigError(f"--set {key}: its value cannot be read: {short(exc)}") from exc
         if len(path) > 2 and path[:2] in (["kafka", "client"], ["kafka", "routes"]):
             path, value = [*path[:2], ".".join(path[2:])], raw
         _assign(doc, path, value, f"--set {item}")

@@ -91,7 +91,7 @@ def _spelling(schema: Mapping[str, Any], rest: str) -> list[str] | None:
     return walk(schema, rest)
 
 
-def _short(exc: BaseException, most: int = 200) -> str:
+def short(exc: BaseException | str, most: int = 200) -> str:
     """``exc``'s message, cut to ``most`` characters (a value may be 100 KB long)."""
     text = str(exc) or type(exc).__name__
     return text if len(text) <= most else text[:most] + "..."
@@ -133,7 +133,7 @@ def env_settings(
             value: Any = parse(raw)
         except (ValueError, RecursionError) as exc:
             # YAML's own: an integer of more than 4,300 digits, a value nested too deep
-            problems.append(f"environment {name}: its value cannot be read: {_short(exc)}")
+            problems.append(f"environment {name}: its value cannot be read: {short(exc)}")
             continue
         # kafka.client keys are librdkafka names ("security.protocol"): "_" stands for ".";
         # their values stay strings, as librdkafka takes them (a password "123456" is text)
