@@ -43,7 +43,7 @@ from batchpipe.client import (
 )
 from batchpipe.fleet import ModelNotServedError, not_served, served_models
 from batchpipe.progress import make_progress
-from batchpipe.reach import bootstrap_source, check_broker, quiet_clients
+from batchpipe.reach import bootstrap_source, check_broker, check_client_settings, quiet_clients
 from worker.config import Config, ConfigError, load_config
 from worker.errors import BatchpipeError
 from worker.feeder.naming import check_weight
@@ -519,6 +519,7 @@ def _worker(args: argparse.Namespace) -> int:
     from worker.service import run_worker
 
     config = load(args)
+    check_client_settings(config.kafka)
     misrouted = served_route_problem(config)
     if misrouted is not None:
         raise ConfigError(f"invalid configuration:\n  {misrouted}")
@@ -543,6 +544,7 @@ def _serve(args: argparse.Namespace) -> int:
     from worker.obs.logs import setup_logging
 
     config = load(args)
+    check_client_settings(config.kafka)
     api = config.api
     api = replace(
         api, host=args.host or api.host, port=api.port if args.port is None else args.port

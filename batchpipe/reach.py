@@ -81,12 +81,7 @@ def check_broker(
         logger = logging.getLogger("batchpipe.kafka.reach")
         logger.propagate = False
         logger.handlers = [logging.NullHandler()]
-    settings: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers, **kafka.client}
-    settings |= {"logger": logger, "socket.connection.setup.timeout.ms": int(timeout_s * 1000)}
-    try:
-        admin = AdminClient(settings)
-    except KafkaException as exc:  # a kafka.client setting librdkafka does not take
-        raise ConfigError(client_setting_problem(exc, os.environ)) from exc
+    admin = _admin(kafka, logger, timeout_s)
     try:
         admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
@@ -98,6 +93,25 @@ def check_broker(
             f"{BOOTSTRAP_VARIABLE}); -v shows librdkafka's log "
             f"[{exc.args[0].name() if exc.args else 'no answer'}]"
         ) from exc
+
+
+def check_client_settings(kafka: KafkaConfig) -> None:
+    """Raise :class:`~worker.config.ConfigError` naming the ``kafka.client`` setting
+    librdkafka refuses, before a worker loads its model or serve starts (they met it
+    later, as a raw KafkaError); contacts no broker."""
+    logger = logging.getLogger("batchpipe.kafka.settings")
+    logger.propagate = False
+    logger.handlers = [logging.NullHandler()]
+    _admin(kafka, logger, REACH_TIMEOUT_S)
+
+
+def _admin(kafka: KafkaConfig, logger: logging.Logger, timeout_s: float) -> AdminClient:
+    settings: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers, **kafka.client}
+    settings |= {"logger": logger, "socket.connection.setup.timeout.ms": int(timeout_s * 1000)}
+    try:
+        return AdminClient(settings)
+    except KafkaException as exc:  # a kafka.client setting librdkafka does not take
+        raise ConfigError(client_setting_problem(exc, os.environ)) from exc
 
 
 def client_setting_problem(exc: KafkaException, environ: Mapping[str, str]) -> str:

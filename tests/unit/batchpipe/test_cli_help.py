@@ -200,6 +200,18 @@ def test_a_client_setting_librdkafka_refuses_is_exit_2_naming_its_variable(
     assert says in err and f"from environment {variable}" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("command", [["worker"], ["serve", "--port", "0"]])
+def test_worker_and_serve_refuse_a_client_setting_before_loading_anything(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """They met it only once their clients were built (a worker after loading its model),
+    as a raw KafkaError with exit 1."""
+    monkeypatch.setenv("BATCHPIPE_KAFKA__CLIENT__NOT_A_KEY", "1")
+    assert main([*command, "--set", "engine.kind=echo"]) == 2
+    err = capsys.readouterr().err
+    assert "kafka.client.not.a.key" in err and "BATCHPIPE_KAFKA__CLIENT__NOT_A_KEY" in err
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
