@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import platform
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 from tests.integration.harness import isolated_config, running_worker
 from worker.config import Config
+from worker.demand import DemandWriter
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -44,3 +46,34 @@ def fresh_config(bootstrap: str, **batching: Any) -> Config:
 
 
 worker_thread = running_worker
+
+
+class DemandStandin:
+    """Demand reports for every partition of the requests topic on behalf of readers that
+    are not batchpipe workers (a feeder benchmarked or tested alone, §10): credit for
+    about ``free`` records in all, as if nothing were ever read. A feeder feeds only
+    workers that report; without this it would feed nothing."""
+
+    def __init__(self, config: Config, free: int, partitions: int | None = None) -> None:
+        self._kafka = config.kafka
+        self._free = free
+        self._partitions = config.kafka.partitions if partitions is None else partitions
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demand-standin", daemon=True)
+
+    def __enter__(self) -> DemandStandin:
+        self._writer = DemandWriter(self._kafka, "bench-standin")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._writer.close()
+
+    def _run(self) -> None:
+        positions = {p: 0 for p in range(self._partitions)}
+        while True:
+            self._writer.report(time.monotonic(), positions, 0, 0, self._free)
+            if self._stop.wait(0.5):
+                return

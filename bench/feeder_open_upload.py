@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry
 from batchpipe import client as client_module
 from batchpipe.batchfile import iter_file
 from batchpipe.client import Client
-from bench.common import fresh_config, write_result
+from bench.common import DemandStandin, fresh_config, write_result
 from bench.fairness import lines
 from tests.integration.harness import reader
 from worker.config import Config
@@ -73,8 +73,8 @@ def arm(
     bootstrap: str, chunked: bool, total: int, open_s: float, bob_at_s: float
 ) -> dict[str, Any]:
     base = fresh_config(bootstrap)
-    unbounded = {"min_depth": 200_000, "max_depth": 200_000}  # no worker: depth aside
-    config = replace(base, scheduling=replace(base.scheduling, fair=True, **unbounded))
+    config = replace(base, scheduling=replace(base.scheduling, fair=True))
+    standin = DemandStandin(config, 200_000).__enter__()  # no worker: credit aside
     patch = pytest.MonkeyPatch()
     if not chunked:
         patch.setattr(client_module, "CHUNK_RECORDS", 10**9)
@@ -104,6 +104,7 @@ def arm(
     finally:
         patch.undo()
         feeder.stop()
+        standin.__exit__()
     return {
         "publish": "chunks + end marker" if chunked else "one transaction",
         "bob_committed_at_s": round(committed - started, 2),

@@ -14,12 +14,11 @@ the arms it is compared with.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from bench.common import fresh_config
+from bench.common import DemandStandin, fresh_config
 from worker.config import Config
 from worker.feeder.metrics import FeederMetrics
 from worker.feeder.mover import Mover
@@ -60,11 +59,10 @@ def _fill(config: Config, batches: int, per_batch: int) -> int:
 
 
 def measure(bootstrap: str, batches: int, per_batch: int) -> dict[str, Any]:
-    base = fresh_config(bootstrap)
-    unbounded = replace(base.scheduling, min_depth=10_000_000, max_depth=10_000_000)
-    config = replace(base, scheduling=unbounded)
+    config = fresh_config(bootstrap)
     total = _fill(config, batches, per_batch)
     k = config.kafka
+    standin = DemandStandin(config, 10_000_000).__enter__()  # no worker: credit aside
     scan = clients.consumer(k, f"{k.group_id}.feeder")
     mover = Mover(config, scan, FeederMetrics(CollectorRegistry()))
     try:
@@ -77,6 +75,7 @@ def measure(bootstrap: str, batches: int, per_batch: int) -> dict[str, Any]:
     finally:
         mover.close()
         scan.close()
+        standin.__exit__()
     return {
         "batches": batches,
         "requests": total,

@@ -229,12 +229,8 @@ class SchedulingConfig:
     fair: bool = True
     weight: float = 1.0  # a batch's weight unless its publisher gives one
     quantum: int = 64  # requests a batch of weight 1 is fed per turn
-    # the requests topic holds at most 2 × the fleet's bandwidth-delay product of fed,
-    # unanswered records (answered/s × the shortest feed-to-answer time, measured:
-    # worker/feeder/depth.py), never below min_depth (0: 2 × batching.prefetch_count; also
-    # the limit before anything is measured) nor above max_depth
-    min_depth: int = 0
-    max_depth: int = 8192
+    # how much is fed is not set here: each worker reports what it can take and the feeder
+    # keeps it at running + one batch (worker/demand.py, worker/feeder/credits.py)
 
 
 @dataclass(frozen=True)
@@ -400,11 +396,6 @@ def _inconsistencies(config: Config) -> list[str]:
             f"batching.max_batch_size: {b.max_batch_size} exceeds batching.prefetch_count "
             f"({b.prefetch_count}): at most prefetch_count requests are in the worker at once, "
             "so no batch would ever fill and every batch would wait batching.timeout_ms"
-        )
-    sc = config.scheduling
-    if sc.min_depth > sc.max_depth:
-        found.append(
-            f"scheduling.min_depth: {sc.min_depth} exceeds scheduling.max_depth ({sc.max_depth})"
         )
     if config.api.s3_endpoint_url and config.api.store != "s3":
         found.append("api.s3_endpoint_url: set, but api.store is not s3")

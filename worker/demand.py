@@ -22,9 +22,17 @@ returns None for anything else: a bad report gives its key no credit, never an e
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from math import isfinite
 from typing import Any, Protocol
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from batcher import Admission
+from worker.config import KafkaConfig
+from worker.kafka import clients
 
 #: the least time between two reports while the worker's demand changes
 REPORT_S = 0.1
@@ -124,3 +132,72 @@ class Reporter:
         self._producer.produce(self._topic, key=self._worker.encode(), value=report.encode())
         self._sent_at, self._last = now, state
         return True
+
+
+class Assigned(Protocol):
+    def assignment(self) -> list[TopicPartition]: ...
+
+
+class DemandWriter:
+    """A worker's reports on a plain producer: one :meth:`step` per loop step."""
+
+    def __init__(self, kafka: KafkaConfig, worker: str) -> None:
+        topic = demand_topic(kafka.requests_topic)
+        clients.ensure_topics(kafka, [topic], partitions=1, compacted=True)
+        self._producer = clients.producer(kafka)
+        self._reporter = Reporter(worker, topic, self._producer)
+        self._due = 0.0
+
+    def step(
+        self,
+        now: float,
+        consumer: Assigned | None,
+        read_to: Mapping[tuple[str, int], int],
+        admission: Admission,
+        waiting: int,
+    ) -> None:
+        """Report, when due, the partitions ``consumer`` holds with the next offset it
+        reads (``read_to``; 0 when nothing was read yet: all the feeder wrote there is
+        unread), the ``admission``'s slots and the ``waiting`` records read past them."""
+        if now < self._due or consumer is None:
+            return
+        self._due = now + REPORT_S
+        positions = {
+            tp.partition: read_to.get((tp.topic, tp.partition), 0) for tp in consumer.assignment()
+        }
+        inflight = admission.inflight
+        self.report(now, positions, inflight + waiting, inflight, max(0, admission.room))
+
+    def report(
+        self, now: float, positions: dict[int, int], held: int, running: int, free: int
+    ) -> None:
+        """Write a report if one is due (:class:`Reporter`)."""
+        self._reporter.step(now, positions, held, running, free, wall=time.time())
+        self._producer.poll(0)
+
+    def close(self) -> None:
+        self._producer.flush(5.0)
+
+
+class DemandReader:
+    """The feeder's side: every report written since it last looked, without waiting."""
+
+    def __init__(self, kafka: KafkaConfig) -> None:
+        topic = demand_topic(kafka.requests_topic)
+        clients.ensure_topics(kafka, [topic], partitions=1, compacted=True)
+        self._consumer = clients.consumer(
+            kafka, f"{kafka.group_id}.feeder-demand", read_committed=False
+        )
+        self._consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+
+    def poll(self, on_report: Callable[[Demand | None, str | None], None]) -> None:
+        for m in self._consumer.consume(1000, timeout=0.0):
+            if m.error() is not None:
+                continue  # end of partition, or a broker hiccup: the next poll reads on
+            key = m.key()
+            value = m.value()
+            name = key.decode(errors="replace") if isinstance(key, bytes) else None
+            on_report(decode(key, value), name if value is None else None)
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -34,6 +34,7 @@ from batcher import (
 from worker import __version__
 from worker.cancellations import Cancellations
 from worker.config import Config
+from worker.demand import DemandWriter
 from worker.engines.base import Engine
 from worker.engines.factory import create_engine, resolve_kind
 from worker.errors import ErrorCode, ModelLoadError
@@ -125,6 +126,7 @@ class Worker:
         self._engine_stage: Stage | None = None
         self._stops: Cancellations | None = None
         self._feeder: Feeder | None = None  # scheduling.fair: this worker's feeder role
+        self._demand: DemandWriter | None = None  # scheduling.fair: what it can take (§10)
         self._read_to: dict[Partition, int] = {}  # the consumer's positions, as read
 
     @property
@@ -167,6 +169,7 @@ class Worker:
             if self.config.scheduling.fair:
                 self._feeder = Feeder(self.config, self.metrics.registry)
                 self._feeder.start()
+                self._demand = DemandWriter(self.config.kafka, self.worker_id)
             return self._loop()
         except FatalKafkaError as exc:
             log.error("fatal Kafka error, exiting: %s", exc)
@@ -240,6 +243,8 @@ class Worker:
         self._publish_and_commit(now)
         self._adapt(now)
         self._flow(now, draining)
+        if self._demand is not None:
+            self._demand.step(now, self._consumer, self._read_to, self.admission, len(self._held))
         self._summary.maybe_log(now, self.metrics.snapshot)
 
     def _drain(self) -> None:

@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from batcher.fairshare import FairShare
 from batchpipe import client as client_module
 from batchpipe.batchfile import iter_file
 from batchpipe.client import Client
+from bench.common import DemandStandin
 from bench.fairness import lines
 from tests.integration.harness import drain, read_topic, reader
 from worker.cancellations import Stop
@@ -71,7 +73,7 @@ def test_a_steps_state_is_produced_only_once_its_slices_are_acknowledged(
         kafka_config,
         kafka=replace(kafka_config.kafka, partitions=6),
         engine=replace(kafka_config.engine, kind="echo", model="echo"),
-        scheduling=replace(kafka_config.scheduling, fair=True, min_depth=4_000),
+        scheduling=replace(kafka_config.scheduling, fair=True),
     )
     held: list[int] = []
     plain = clients.producer
@@ -82,6 +84,7 @@ def test_a_steps_state_is_produced_only_once_its_slices_are_acknowledged(
     client = Client(config)
     client.submit(lines("a", 1_500), key="a")
     client.submit(lines("b", 1_500), key="b")
+    standin = DemandStandin(config, 4_000).__enter__()  # no worker: credit for 4,000
     monkeypatch.setattr(clients, "producer", noting)  # the feeder's, from here on
     feeder = Feeder(config, CollectorRegistry())
     feeder.start()
@@ -89,6 +92,7 @@ def test_a_steps_state_is_produced_only_once_its_slices_are_acknowledged(
         moved = read_topic(config, config.kafka.requests_topic, 3_000, timeout_s=120)
     finally:
         feeder.stop()
+        standin.__exit__()
     limits = CodecLimits.from_config(config.limits)
     ids = [decode_request(m.value(), m.headers(), limits).custom_id for m in moved]
     assert sorted(ids) == sorted(f"{p}-{i}" for p in "ab" for i in range(1_500))
@@ -108,7 +112,7 @@ def test_hostile_pending_records_and_a_batch_that_raises_stop_no_other_batch(
     config = replace(
         kafka_config,
         kafka=replace(kafka_config.kafka, partitions=3),
-        scheduling=replace(kafka_config.scheduling, fair=True, min_depth=4_000),
+        scheduling=replace(kafka_config.scheduling, fair=True),
     )
     k = config.kafka
     ensure_pending(k, config.limits, [k.requests_topic])
@@ -136,12 +140,8 @@ def test_hostile_pending_records_and_a_batch_that_raises_stop_no_other_batch(
         plain(self, batch_id, *args, **kwargs)
 
     monkeypatch.setattr(FairShare, "add", add)
-    feeder = Feeder(config, CollectorRegistry())
-    feeder.start()
-    try:
+    with _feeding(config):
         moved = read_topic(config, k.requests_topic, 200 + len(hostile), timeout_s=120)
-    finally:
-        feeder.stop()
     keys = sorted((m.key() or b"").decode() for m in moved)
     assert keys == sorted([*(f"good-{i}" for i in range(200)), *(k.decode() for k, _ in hostile)])
     stops = [Stop.decode(m.value() or b"") for m in read_topic(config, k.control_topic, 1)]
@@ -150,19 +150,30 @@ def test_hostile_pending_records_and_a_batch_that_raises_stop_no_other_batch(
     assert "RuntimeError: injected fault" in evil.message
 
 
+@contextmanager
+def _feeding(
+    config: Config, free: int = 4_000, registry: CollectorRegistry | None = None
+) -> Iterator[DemandStandin]:
+    """A feeder alone: no worker reports demand, a stand-in gives it credit for about
+    ``free`` records, never read (§10)."""
+    with DemandStandin(config, free) as standin:
+        feeder = Feeder(config, registry or CollectorRegistry())
+        feeder.start()
+        try:
+            yield standin
+        finally:
+            feeder.stop()
+
+
 def _fed_alone(config: Config, registry: CollectorRegistry, count: int) -> None:
     """``count`` requests submitted and moved by a feeder alone (no worker)."""
     Client(config).submit(lines("t", count), key="t")
-    feeder = Feeder(config, registry)
-    feeder.start()
-    try:
+    with _feeding(config, registry=registry):
         read_topic(config, config.kafka.requests_topic, count, timeout_s=120)
         deadline = time.monotonic() + 60  # the trim's outcome is read at the next step
         while registry.get_sample_value("batchpipe_feeder_trim_supported") is None:
             assert time.monotonic() < deadline, "no trim outcome reported within 60 s"
             time.sleep(0.2)
-    finally:
-        feeder.stop()
 
 
 @pytest.mark.skipif(
@@ -201,30 +212,23 @@ def test_after_five_takeovers_the_state_topic_holds_no_finished_batch(
 ) -> None:
     """Issue 38: a batch fed whole while an older batch pinned the committed offset was
     skipped, never finished, by the next feeder's scan, so its state entry outlived every
-    takeover. Five feeders in turn (no worker: each feeds its depth, 100 records, then
+    takeover. Five feeders in turn (no worker: each feeds its credit, 100 records, then
     stops): each feeds a new 5-line batch whole and part of an old 1,000-line one; a sixth
     with room for all feeds the rest. The state topic, folded, then holds no batch."""
     k = kafka_config.kafka
     config = replace(
         kafka_config,
-        scheduling=replace(kafka_config.scheduling, fair=True, min_depth=100, max_depth=100),
+        scheduling=replace(kafka_config.scheduling, fair=True),
     )
     client = Client(config)
     client.submit(lines("old", 1_000), batch_id="old", key="old")
     moved = 0
     for takeover in range(5):
         client.submit(lines(f"s{takeover}", 5), batch_id=f"s{takeover}", key=f"s{takeover}")
-        feeder = Feeder(config, CollectorRegistry())
-        feeder.start()
-        try:
+        with _feeding(config, free=100 - config.batching.prefetch_count):  # 100 in all
             moved += 100
             read_topic(config, k.requests_topic, moved, timeout_s=120)
-        finally:
-            feeder.stop()
-    last = replace(config, scheduling=replace(config.scheduling, min_depth=4_000, max_depth=4_000))
-    feeder = Feeder(last, CollectorRegistry())
-    feeder.start()
-    try:
+    with _feeding(config, free=4_000):
         read_topic(config, k.requests_topic, 1_025, timeout_s=120)
         deadline, live = time.monotonic() + 60, [b"?"]
         while live:
@@ -236,8 +240,6 @@ def test_after_five_takeovers_the_state_topic_holds_no_finished_batch(
                 key for key, value in folded.items() if value is not None and key[:1] != b"\x00"
             ]
             time.sleep(0.5)
-    finally:
-        feeder.stop()
 
 
 def _read_all(config: Config, topic: str) -> list[Message]:
@@ -253,9 +255,7 @@ def test_a_long_upload_in_progress_hides_no_batch_committed_meanwhile(
     until its end marker. Here alice's upload stops reading its file after 1,500 of its
     3,000 lines until bob's 10-line batch, committed meanwhile, has been fed whole
     (before: never, until hers committed); none of hers is fed before her marker."""
-    config = replace(
-        kafka_config, scheduling=replace(kafka_config.scheduling, fair=True, min_depth=4_000)
-    )
+    config = replace(kafka_config, scheduling=replace(kafka_config.scheduling, fair=True))
     k = config.kafka
     paused, bob_fed = threading.Event(), threading.Event()
     read_file = iter_file
@@ -271,6 +271,7 @@ def test_a_long_upload_in_progress_hides_no_batch_committed_meanwhile(
     big = tmp_path / "alice.jsonl"
     big.write_text("".join(json.dumps(line) + "\n" for line in lines("alice", 3_000)))
     Client(config).submit(lines("warm", 1), key="warm")
+    standin = DemandStandin(config, 4_000).__enter__()  # no worker: credit for 4,000
     feeder = Feeder(config, CollectorRegistry())
     feeder.start()
     alice = threading.Thread(
@@ -293,3 +294,4 @@ def test_a_long_upload_in_progress_hides_no_batch_committed_meanwhile(
         bob_fed.set()
         alice.join(120)
         feeder.stop()
+        standin.__exit__()

@@ -38,10 +38,12 @@ from worker.demand import Demand
 
 #: a worker that has not reported for this long has no credit
 STALE_S = 3.0
-#: the cushion covers what a worker answers in this long: a report's interval, its age
-#: when read, a feed step, with room to spare (0.5 s kept a one-step-a-request worker
-#: at 0.93 in the fake-clock fleet of tests/unit/worker/feeder/test_credits.py)
-CUSHION_S = 1.0
+#: the cushion covers what a worker takes in this long: a report's interval (0.1 s), its
+#: read (a 25 ms fetch wait) and a feed step, with room to spare; it is also how long a
+#: newly active batch may wait behind a fast worker's queue. In the fake-clock fleet of
+#: tests/unit/worker/feeder/test_credits.py, with reports 0.3 s late, a worker at a
+#: request a step kept 0.99 of capacity (0.38–0.67 with 0.25 s)
+CUSHION_S = 0.5
 #: a worker's answer rate is measured over at least this long
 RATE_SPAN_S = 1.0
 

@@ -42,13 +42,21 @@ def forward(
     dead_letter_topic: str,
     m: Message,
     on_delivery: Callable[[KafkaError | None, Message], None],
+    partition: int | None = None,
 ) -> bool:
-    """Produce ``m`` to ``requests_topic``; True if it went there, False if its dead letter
-    went to ``dead_letter_topic`` instead."""
+    """Produce ``m`` to ``requests_topic`` (to ``partition``, or where the producer's
+    partitioner puts it); True if it went there, False if its dead letter went to
+    ``dead_letter_topic`` instead."""
     headers = headers_of(m)
+    where = {} if partition is None else {"partition": partition}
     try:
         producer.produce(
-            requests_topic, value=m.value(), key=m.key(), headers=headers, on_delivery=on_delivery
+            requests_topic,
+            value=m.value(),
+            key=m.key(),
+            headers=headers,
+            on_delivery=on_delivery,
+            **where,
         )
         return True
     except BufferError:

@@ -11,12 +11,12 @@ class FeederMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self._depth = Gauge(
             "batchpipe_feeder_depth",
-            "Records the feeder fed to the requests topic that no worker committed yet.",
+            "Records the feeder shared into the requests topic that no worker has read yet.",
             registry=registry,
         )
         self._limit = Gauge(
             "batchpipe_feeder_depth_limit",
-            "The depth the feeder keeps the requests topic under (scheduling.*_depth).",
+            "That plus the workers' credit: what the topic may hold (running + one batch each).",
             registry=registry,
         )
         self._active = Gauge(

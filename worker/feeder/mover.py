@@ -33,8 +33,9 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from batcher.fairshare import FairShare
 from worker.cancellations import Cancellations, TopicReader
 from worker.config import Config, producer_max_bytes
+from worker.demand import DemandReader
 from worker.feeder import state
-from worker.feeder.depth import Depth
+from worker.feeder.credits import Credits
 from worker.feeder.forward import forward
 from worker.feeder.headers import Charging
 from worker.feeder.index import PendingIndex
@@ -83,22 +84,14 @@ class Mover:
         self._alive_sent, self._alive = 0.0, b""
         self._undelivered = 0  # slice records the broker refused in this step
         self.trim = Trim(clients.admin(k), self._pending, metrics.trimmed)
-        self._offsets = clients.consumer(k)  # the worker group's, for its committed offsets
-        topics = self._offsets.list_topics(self._requests, timeout=TIMEOUT_S).topics
-        partitions = len(topics[self._requests].partitions)
-        self.depth = Depth(
-            self._offsets,
-            self._requests,
-            partitions,
-            config.scheduling,
-            config.batching.prefetch_count,
-            count_partitions=self._count_partitions,
-        )
+        # what each worker can take, from its demand reports (worker/feeder/credits.py)
+        self.credits = Credits(config.batching.prefetch_count)
+        self._demand = DemandReader(k)
 
     def close(self) -> None:
         self.drain.close()
         self._reader.close()
-        self._offsets.close()
+        self._demand.close()
         self._producer.flush(TIMEOUT_S)
 
     def note(self, records: Sequence[Message]) -> None:
@@ -108,11 +101,14 @@ class Mover:
         self._metrics.active(len(self.fair))
 
     def feed(self) -> int:
-        """Move what fair share chooses and the depth allows; returns how many moved."""
-        room = self.depth.room()
-        self._metrics.depth(self.depth.depth, self.depth.limit)
+        """Move what fair share chooses and the workers' credits allow; returns how many
+        moved."""
+        self._demand.poll(self.credits.report)
+        room = self.credits.room()
+        unread = self.credits.unread()
+        self._metrics.depth(unread, unread + room)
         self.trim.poll()
-        step = self.planner.plan(room, STEP_MAX)  # stopped batches: outside shares and depth
+        step = self.planner.plan(room, STEP_MAX)  # stopped batches: outside shares and credits
         if not step.slices and not step.stops and not step.abandoned:
             if self._alive_due():  # idle or full: serve still sees a feeder
                 self._producer.begin_transaction()
@@ -121,7 +117,6 @@ class Mover:
             return 0
         self._commit(step)
         moved = step.moved
-        self.depth.fed(step.shared)
         self._metrics.fed(moved)
         self._metrics.active(len(self.fair))
         self._metrics.quarantined(len(step.stops), sum(step.abandoned.values()))
@@ -133,9 +128,21 @@ class Mover:
         self._undelivered = 0
         for stop in step.stops:  # workers answer the batch 4007 (worker/feeder/plan.py)
             p.produce(self._control, key=stop.batch_id.encode(), value=stop.encode())
-        for _, records in step.slices:
+        places = iter(self.credits.place(step.shared))  # each to a worker with credit
+        for i, (_, records) in enumerate(step.slices):
+            if i < step.drains:  # answered at admission by whoever reads them
+                for m in records:
+                    forward(p, self._requests, self._dead_letters, m, self._drained)
+                continue
             for m in records:
-                forward(p, self._requests, self._dead_letters, m, self._delivered)
+                partition = next(places, None)
+                if (
+                    not forward(
+                        p, self._requests, self._dead_letters, m, self._delivered, partition
+                    )
+                    and partition is not None
+                ):
+                    self.credits.returned(partition)
         # the slices on the broker before the state that says they were fed (module doc)
         if p.flush(TIMEOUT_S) > 0 or self._undelivered:
             raise KafkaException(
@@ -156,10 +163,6 @@ class Mover:
         p.poll(0)
         self.trim.committed(low)  # everything below it was fed: the broker may delete it
 
-    def _count_partitions(self) -> int:
-        topics = self._offsets.list_topics(self._requests, timeout=5.0).topics
-        return len(topics[self._requests].partitions)
-
     def _alive_due(self) -> bool:
         """Whether the heartbeat is due (and then its value is in ``_alive``)."""
         now = time.time()
@@ -173,4 +176,8 @@ class Mover:
         if error is not None:
             self._undelivered += 1
         elif partition is not None and offset is not None:
-            self.depth.delivered(partition, offset)
+            self.credits.delivered(partition, offset)
+
+    def _drained(self, error: KafkaError | None, _msg: Message) -> None:
+        if error is not None:
+            self._undelivered += 1

@@ -69,6 +69,8 @@ class Step:
 
     slices: list[tuple[str, list[Message]]] = field(default_factory=list)
     shared: int = 0
+    #: how many of ``slices``, first, are stopped batches' drains (not shared)
+    drains: int = 0
     stops: list[Stop] = field(default_factory=list)
     #: batches whose unreadable records were marked fed (their cursors move too)
     abandoned: dict[str, int] = field(default_factory=dict)
@@ -159,12 +161,13 @@ class Planner:
 
     def plan(self, room: int, budget: int) -> Step:
         """Up to ``budget`` records: stopped batches' first (outside the shares and the
-        depth), then what fair share chooses within ``room``."""
+        credits), then what fair share chooses within ``room``."""
         if self._held:
             self._expire()
         step = Step(stops=self._stops, abandoned=self._abandoned)
         self._stops, self._abandoned = [], {}
         step.slices = self.drain.slices(self.ahead, budget, self._abandon)
+        step.drains = len(step.slices)
         room = min(room, budget - step.moved)
         cap = self.ahead.slice_cap(len(self.fair))  # a round's slices fit the read-ahead
         while room > 0 and (picked := self.fair.next(min(room, cap))) is not None:
