@@ -12,6 +12,7 @@ decompression is bounded (:mod:`worker.wire.compression`). Every failure is a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -102,17 +103,28 @@ def _malformed(message: str, custom_id: str | None = None) -> RequestError:
     return RequestError(ErrorCode.MALFORMED, message, custom_id)
 
 
-def _header(headers: Headers | None, name: str) -> str | None:
-    """The last value of header ``name`` (matched case-insensitively), as text."""
-    found: str | None = None
+def _content_headers(headers: Headers | None) -> tuple[str | None, str | None]:
+    """``(content-type, content-encoding)``: the last value of each (names matched
+    case-insensitively) as text, None when absent; the headers are read once for both."""
+    content_type: HeaderValue = None
+    encoding: HeaderValue = None
     pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
     for key, value in pairs:
-        if key.lower() == name and value is not None:
-            found = value if isinstance(value, str) else value.decode("utf-8", "replace")
-    return found
+        if value is None:
+            continue
+        name = key.lower()
+        if name == CONTENT_TYPE:
+            content_type = value
+        elif name == CONTENT_ENCODING:
+            encoding = value
+    return _text(content_type), _text(encoding)
 
 
-def _payload(value: bytes | None, headers: Headers | None, limits: CodecLimits) -> bytes:
+def _text(value: HeaderValue) -> str | None:
+    return value if value is None or isinstance(value, str) else value.decode("utf-8", "replace")
+
+
+def _payload(value: bytes | None, encoding: str | None, limits: CodecLimits) -> bytes:
     """The record's value with its content-encoding undone, within ``limits``."""
     if value is None:
         raise _malformed("the record has no value")
@@ -121,7 +133,6 @@ def _payload(value: bytes | None, headers: Headers | None, limits: CodecLimits) 
             ErrorCode.OVER_LIMIT,
             f"the value is {len(value)} bytes, limit {limits.max_message_bytes}",
         )
-    encoding = _header(headers, CONTENT_ENCODING)
     if encoding is None:
         encoding = ZSTD_ENCODING if value.startswith(ZSTD_MAGIC) else "identity"
     encoding = encoding.strip().lower()
@@ -132,10 +143,14 @@ def _payload(value: bytes | None, headers: Headers | None, limits: CodecLimits) 
     raise _malformed(f"unsupported content-encoding {encoding!r}; use zstd")
 
 
-def _is_json(payload: bytes, headers: Headers | None, message_type: str) -> bool:
-    content_type = _header(headers, CONTENT_TYPE)
+def _is_json(payload: bytes, content_type: str | None, message_type: str) -> bool:
     if content_type is None:
         return payload.lstrip()[:1] == b"{"
+    return _json_media(content_type, message_type)
+
+
+@functools.lru_cache(maxsize=64)  # the same few content-types on every record
+def _json_media(content_type: str, message_type: str) -> bool:
     media, *params = (part.strip() for part in content_type.split(";"))
     media = media.lower()
     named = {
@@ -265,53 +280,70 @@ def _encoding_from_pb(number: int) -> EncodingFormat:
     return encoding
 
 
+#: what a request that sets no sampling field, or no response_format, reads as
+_UNSET_SAMPLING = SamplingParams()
+_UNSET_FORMAT = ResponseFormat()
+_NO_METADATA: Mapping[str, str] = MappingProxyType({})
+
+
 def _request_from_pb(msg: pb.InferenceRequest) -> InferenceRequest:
-    s = msg.sampling
-    # the fields set, each message read once (one C call) rather than asked field by field
-    asked = _set_fields(s)
+    # Only what is set is read: one C call lists it (ListFields), and a field not listed
+    # has its default, so no wrapper is made for an unset sub-message (each costs about
+    # as much as reading a field), and the input is read from its oneof member alone.
     top = _set_fields(msg)
+    which = msg.WhichOneof("input")
+    sampling = top.get("sampling")
+    metadata = top.get("metadata")
+    endpoint = top.get("endpoint", pb.ENDPOINT_UNSPECIFIED)
     req = InferenceRequest(
-        custom_id=msg.custom_id,
-        batch_id=msg.batch_id,
-        batch_total=msg.batch_total,
-        model=msg.model,
-        messages=tuple(ChatMessage(m.role, m.content) for m in msg.messages.items),
-        prompt=msg.prompt if msg.WhichOneof("input") == "prompt" else None,
-        prompt_token_ids=tuple(msg.prompt_token_ids.ids),
-        sampling=SamplingParams(
-            max_tokens=asked.get("max_tokens"),
-            temperature=asked.get("temperature"),
-            top_p=asked.get("top_p"),
-            top_k=asked.get("top_k"),
-            seed=asked.get("seed"),
-            stop=tuple(s.stop),
-            presence_penalty=asked.get("presence_penalty"),
-            frequency_penalty=asked.get("frequency_penalty"),
-            repetition_penalty=asked.get("repetition_penalty"),
-            n=asked.get("n"),
-            logprobs=asked.get("logprobs"),
-            top_logprobs=asked.get("top_logprobs"),
-            response_format=_format_from_pb(s.response_format),
-        ),
+        custom_id=top.get("custom_id", ""),
+        batch_id=top.get("batch_id", ""),
+        batch_total=top.get("batch_total", 0),
+        model=top.get("model", ""),
+        messages=tuple(ChatMessage(m.role, m.content) for m in msg.messages.items)
+        if which == "messages"
+        else (),
+        prompt=msg.prompt if which == "prompt" else None,
+        prompt_token_ids=tuple(msg.prompt_token_ids.ids) if which == "prompt_token_ids" else (),
+        sampling=_UNSET_SAMPLING if sampling is None else _sampling_from_pb(sampling),
         enable_thinking=top.get("enable_thinking"),
-        metadata=MappingProxyType(dict(msg.metadata)),
-        priority=msg.priority,
+        metadata=_NO_METADATA if metadata is None else MappingProxyType(dict(metadata)),
+        priority=top.get("priority", 0),
         deadline=top.get("deadline"),
         submitted_at=top.get("submitted_at"),
-        embedding_inputs=tuple(msg.embedding_inputs.texts),
-        encoding_format=_encoding_from_pb(msg.encoding_format),
+        embedding_inputs=tuple(msg.embedding_inputs.texts) if which == "embedding_inputs" else (),
+        encoding_format=_encoding_from_pb(top.get("encoding_format", 0)),
         dimensions=top.get("dimensions"),
-        responses=msg.endpoint == pb.ENDPOINT_RESPONSES,
+        responses=endpoint == pb.ENDPOINT_RESPONSES,
     )
-    said = _ENDPOINT_NAME.get(msg.endpoint)
-    if msg.endpoint != pb.ENDPOINT_UNSPECIFIED and said != req.endpoint:
+    said = _ENDPOINT_NAME.get(endpoint)
+    if endpoint != pb.ENDPOINT_UNSPECIFIED and said != req.endpoint:
         raise RequestError(
             ErrorCode.INVALID_PARAMETER,
-            f"endpoint {said or msg.endpoint!r} does not match the request's input "
-            f"({req.endpoint})",
+            f"endpoint {said or endpoint!r} does not match the request's input ({req.endpoint})",
             param="endpoint",
         )
     return req
+
+
+def _sampling_from_pb(msg: pb.SamplingParams) -> SamplingParams:
+    asked = _set_fields(msg)
+    fmt = asked.get("response_format")
+    return SamplingParams(
+        max_tokens=asked.get("max_tokens"),
+        temperature=asked.get("temperature"),
+        top_p=asked.get("top_p"),
+        top_k=asked.get("top_k"),
+        seed=asked.get("seed"),
+        stop=tuple(asked.get("stop", ())),
+        presence_penalty=asked.get("presence_penalty"),
+        frequency_penalty=asked.get("frequency_penalty"),
+        repetition_penalty=asked.get("repetition_penalty"),
+        n=asked.get("n"),
+        logprobs=asked.get("logprobs"),
+        top_logprobs=asked.get("top_logprobs"),
+        response_format=_UNSET_FORMAT if fmt is None else _format_from_pb(fmt),
+    )
 
 
 def encode_request(req: InferenceRequest) -> tuple[bytes, list[tuple[str, bytes]]]:
@@ -336,8 +368,9 @@ def decode_request(
     Without headers the encoding is sniffed (zstd magic number) and so is the type
     (a leading ``{`` is a JSON batch line, anything else protobuf).
     """
-    payload = _payload(value, headers, limits)
-    if _is_json(payload, headers, REQUEST_TYPE):
+    content_type, encoding = _content_headers(headers)
+    payload = _payload(value, encoding, limits)
+    if _is_json(payload, content_type, REQUEST_TYPE):
         return parse_line(payload)
     msg = pb.InferenceRequest()
     try:
@@ -365,7 +398,9 @@ def decode_request(
         error = RequestError(exc.code, exc.message, custom_id, param=exc.param)
         raise error.in_batch(*batch) from exc
     try:
-        validate_request(req)
+        # parsing found every string field valid UTF-8 (a lone surrogate is not): a
+        # DecodeError above, so no string here can hold one
+        validate_request(req, utf8=True)
     except RequestError as exc:
         raise exc.in_batch(*batch) from exc
     return req
@@ -491,8 +526,9 @@ def decode_result(
 
     A failed result always carries an error and a completed one never does.
     """
-    payload = _payload(value, headers, limits or CodecLimits.from_config(LimitsConfig()))
-    if _is_json(payload, headers, RESULT_TYPE):
+    content_type, encoding = _content_headers(headers)
+    payload = _payload(value, encoding, limits or CodecLimits.from_config(LimitsConfig()))
+    if _is_json(payload, content_type, RESULT_TYPE):
         raise _malformed(f"results are protobuf {RESULT_TYPE}, not JSON")
     msg = pb.InferenceResult()
     try:

@@ -240,8 +240,12 @@ def schema_problem(text: str) -> str:
     return ""
 
 
-def validate_request(req: InferenceRequest) -> None:
+def validate_request(req: InferenceRequest, *, utf8: bool = False) -> None:
     """Raise :class:`RequestError` unless every value of ``req`` is acceptable.
+
+    ``utf8``: every string of ``req`` was decoded from bytes already found to be valid
+    UTF-8 (protobuf refuses a string field that is not while parsing), so none holds a
+    lone surrogate and the search for one is skipped.
 
     4001 for a missing ``custom_id`` (without ``custom_id`` set on the error, since
     there is none to answer to); 4001 for text that UTF-8 cannot encode, naming the field
@@ -254,7 +258,8 @@ def validate_request(req: InferenceRequest) -> None:
     """
     if not req.custom_id:
         raise RequestError(ErrorCode.MALFORMED, "custom_id is missing or empty")
-    _check_text(req)
+    if not utf8:
+        _check_text(req)
     _check_input(req)
     s = req.sampling
     _check_int(req, "max_tokens", s.max_tokens, 1, INT32_MAX)
