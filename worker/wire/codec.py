@@ -457,41 +457,44 @@ def _escaped_logprobs(logprobs: Logprobs) -> Logprobs:
 
 
 def _result_to_pb(res: InferenceResult) -> pb.InferenceResult:
+    # Sub-messages are filled in place, and what is empty is left unset (as the constructor
+    # leaves an empty list or map): a pb.Usage or pb.Timings built apart and passed in is
+    # copied again, about twice the time of this for a plain completion.
     msg = pb.InferenceResult(
         custom_id=res.custom_id,
         batch_id=res.batch_id,
         batch_total=res.batch_total,
-        metadata=res.metadata,
         status=_STATUS[res.status],
         text=res.text,
         finish_reason=_FINISH[res.finish_reason],
-        usage=pb.Usage(
-            prompt_tokens=res.usage.prompt_tokens,
-            completion_tokens=res.usage.completion_tokens,
-            reasoning_tokens=res.usage.reasoning_tokens,
-        ),
-        timings=pb.Timings(
-            queued_s=res.timings.queued_s,
-            batch_wait_s=res.timings.batch_wait_s,
-            engine_s=res.timings.engine_s,
-        ),
         batch_size=res.batch_size,
         model=res.model,
         worker_id=res.worker_id,
         created_at=res.created_at,
         endpoint=_ENDPOINT[res.endpoint],
-        logprobs=_logprobs_to_pb(res.logprobs),
-        extra_choices=[
-            pb.Choice(
-                text=c.text,
-                finish_reason=_FINISH[c.finish_reason],
-                logprobs=_logprobs_to_pb(c.logprobs),
-            )
-            for c in res.extra_choices
-        ],
-        embeddings=[pb.Embedding(values=vector) for vector in res.embeddings],
         encoding_format=_ENCODING[res.encoding_format],
     )
+    if res.metadata:
+        msg.metadata.update(res.metadata)
+    usage, timings = res.usage, res.timings
+    into = msg.usage
+    into.SetInParent()  # present even when every count is 0, as it always was
+    into.prompt_tokens = usage.prompt_tokens
+    into.completion_tokens = usage.completion_tokens
+    into.reasoning_tokens = usage.reasoning_tokens
+    spent = msg.timings
+    spent.SetInParent()
+    spent.queued_s = timings.queued_s
+    spent.batch_wait_s = timings.batch_wait_s
+    spent.engine_s = timings.engine_s
+    if res.logprobs is not None:
+        _logprobs_into(msg.logprobs, res.logprobs)
+    for c in res.extra_choices:
+        choice = msg.extra_choices.add(text=c.text, finish_reason=_FINISH[c.finish_reason])
+        if c.logprobs is not None:
+            _logprobs_into(choice.logprobs, c.logprobs)
+    if res.embeddings:
+        msg.embeddings.extend(pb.Embedding(values=vector) for vector in res.embeddings)
     if res.error is not None:
         msg.error.code = res.error.code
         msg.error.message = res.error.message
@@ -499,14 +502,15 @@ def _result_to_pb(res: InferenceResult) -> pb.InferenceResult:
     return msg
 
 
+def _logprobs_into(msg: pb.Logprobs, logprobs: tuple[TokenLogprob, ...]) -> None:
+    msg.SetInParent()  # present for an empty list too: the request asked for logprobs
+    msg.content.extend(_token_to_pb(t) for t in logprobs)
+
+
 def _token_to_pb(token: TokenLogprob) -> pb.TokenLogprob:
     return pb.TokenLogprob(
         token=token.token, logprob=token.logprob, top_logprobs=[_token_to_pb(t) for t in token.top]
     )
-
-
-def _logprobs_to_pb(logprobs: Logprobs) -> pb.Logprobs | None:
-    return None if logprobs is None else pb.Logprobs(content=[_token_to_pb(t) for t in logprobs])
 
 
 def _token_from_pb(msg: pb.TokenLogprob) -> TokenLogprob:
