@@ -210,6 +210,7 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            self.metrics.flush()  # what the loop gathered since its last step, too
             self._send(HTTPStatus.OK, encoder(self.metrics.registry), content_type)
         elif path == "/healthz":
             live = self.health.liveness()

@@ -17,7 +17,7 @@ from bisect import bisect_left
 from collections import Counter as Tally
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol, get_args
+from typing import Final, Literal, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -61,25 +61,44 @@ def observe_all(histogram: Histogram, values: Sequence[float]) -> None:
     histogram._sum.inc(sum(values))
 
 
-class _Child(Protocol):
-    def inc(self, amount: float = 1) -> None: ...
-
-
 class StageTimer:
-    """Times one ``with`` body into a stage's counter: a plain object, not a generator
-    context manager, as it runs a few times per request (issue 25)."""
+    """Times one ``with`` body into a stage's seconds, added to its counter at the next
+    :meth:`WorkerMetrics.flush`: a plain object, not a generator context manager, as it
+    runs a few times per request (issue 25)."""
 
-    __slots__ = ("_child", "_start")
+    __slots__ = ("_name", "_pending", "_start")
 
-    def __init__(self, child: _Child) -> None:
-        self._child = child
+    def __init__(self, pending: _Pending, name: Stage) -> None:
+        self._pending = pending
+        self._name = name
         self._start = 0.0
 
     def __enter__(self) -> None:
         self._start = time.perf_counter()
 
     def __exit__(self, *_exc: object) -> None:
-        self._child.inc(time.perf_counter() - self._start)
+        self._pending.add_stage(self._name, time.perf_counter() - self._start)
+
+
+class _Pending:
+    """What answers and stage timers added since the last flush (issue 42: one counter
+    update per series per step, where each answer took seven locked updates)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.clear()
+
+    def clear(self) -> None:
+        self.statuses: Tally[Status] = Tally()
+        self.codes: Tally[int] = Tally()
+        self.tokens = [0] * len(TOKEN_KINDS)
+        self.e2e: list[float] = []
+        self.queue_waits: list[float] = []
+        self.stages: dict[Stage, float] = {}
+
+    def add_stage(self, name: Stage, seconds: float) -> None:
+        with self.lock:
+            self.stages[name] = self.stages.get(name, 0.0) + seconds
 
 
 @dataclass(frozen=True)
@@ -234,6 +253,7 @@ class WorkerMetrics:
         for rebalance in REBALANCE_KINDS:
             self._rebalances.labels(rebalance)
         self._by_stage = {stage: self._stage.labels(stage) for stage in STAGES}
+        self._pending = _Pending()
         self._build.labels(version, engine, model).set(1)
         self._prefetch.set(prefetch_limit)
 
@@ -247,18 +267,44 @@ class WorkerMetrics:
         e2e_s: float | None,
         queue_wait_s: float,
     ) -> None:
-        """A result (completed or failed) was published. ``e2e_s`` is None without submitted_at."""
-        errors = None if code is None else self._by_code[int(ErrorCode(code))]  # validate first
-        self._by_status[status].inc()
-        if errors is not None:
-            errors.inc()
-        usage = (usage_prompt, usage_completion, usage_reasoning)
-        for child, count in zip(self._by_kind, usage, strict=True):
+        """A result (completed or failed) was published. ``e2e_s`` is None without
+        submitted_at. Counted at the next :meth:`flush`."""
+        if status not in self._by_status:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+        error = None if code is None else int(ErrorCode(code))  # validate first
+        pending = self._pending
+        with pending.lock:
+            pending.statuses[status] += 1
+            if error is not None:
+                pending.codes[error] += 1
+            tokens = pending.tokens
+            tokens[0] += usage_prompt
+            tokens[1] += usage_completion
+            tokens[2] += usage_reasoning
+            if e2e_s is not None:
+                pending.e2e.append(e2e_s)
+            pending.queue_waits.append(queue_wait_s)
+
+    def flush(self) -> None:
+        """Add to the series what :meth:`answered` and the stage timers gathered since the
+        last flush: the worker's loop calls it once per step; reading (:meth:`render`,
+        :meth:`snapshot`) calls it first."""
+        pending = self._pending
+        with pending.lock:
+            statuses, codes, tokens = pending.statuses, pending.codes, pending.tokens
+            e2e, waits, stages = pending.e2e, pending.queue_waits, pending.stages
+            pending.clear()
+        for status, count in statuses.items():
+            self._by_status[status].inc(count)
+        for error, count in codes.items():
+            self._by_code[error].inc(count)
+        for child, count in zip(self._by_kind, tokens, strict=True):
             if count:
                 child.inc(count)
-        if e2e_s is not None:
-            self._latency.observe(e2e_s)
-        self._queue_wait.observe(queue_wait_s)
+        observe_all(self._latency, e2e)
+        observe_all(self._queue_wait, waits)
+        for stage, seconds in stages.items():
+            self._by_stage[stage].inc(seconds)
 
     def dead_lettered(self, code: int = ErrorCode.MALFORMED) -> None:
         """A record went to the dead-letter topic instead of a result (do not call answered())."""
@@ -346,17 +392,19 @@ class WorkerMetrics:
 
     def stage(self, name: Stage) -> StageTimer:
         """Add the wall time of the ``with`` body to ``batchpipe_stage_seconds_total{stage}``."""
-        return StageTimer(self._by_stage[name])
+        return StageTimer(self._pending, name)
 
     def add_stage(self, name: Stage, seconds: float) -> None:
         """Add ``seconds`` timed by the caller (e.g. summed over a poll's records)."""
-        self._by_stage[name].inc(seconds)
+        self._pending.add_stage(name, seconds)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this worker's registry."""
+        self.flush()
         return generate_latest(self.registry)
 
     def snapshot(self) -> MetricsSnapshot:
+        self.flush()
         with self._lag_lock:
             total_lag = sum(self._lag.values())
             lag_unknown = self._lag_unknown_count

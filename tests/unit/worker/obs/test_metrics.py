@@ -233,3 +233,34 @@ def test_observing_a_batch_of_values_at_once_counts_as_observing_each() -> None:
         return [(s.name, s.labels, s.value) for s in family.samples if s.name != "h_created"]
 
     assert samples(one) == samples(each)
+
+
+def test_answers_and_stages_reach_the_series_at_the_next_flush_each_counted() -> None:
+    """Issue 42: answers and stage times are added once per loop step, not once each."""
+    m = make_metrics()
+
+    def raw(name: str, **labels: str) -> float:
+        return m.registry.get_sample_value(name, labels) or 0.0
+
+    for i in range(5):
+        m.answered("completed", None, 10, 2, 1, e2e_s=0.02 * i, queue_wait_s=0.5)
+    m.answered("failed", ErrorCode.OVER_LIMIT, 0, 0, 0, e2e_s=None, queue_wait_s=0.0)
+    m.add_stage("decode", 0.25)
+    with m.stage("encode"):
+        pass
+    completed = ("batchpipe_requests_total", {"model": "echo", "status": "completed"})
+    assert raw(completed[0], **completed[1]) == 0  # gathered, not added yet
+    m.flush()
+    assert raw(completed[0], **completed[1]) == 5
+    assert raw("batchpipe_requests_total", model="echo", status="failed") == 1
+    assert raw("batchpipe_request_errors_total", code=str(int(ErrorCode.OVER_LIMIT))) == 1
+    assert raw("batchpipe_tokens_total", model="echo", kind="prompt") == 50
+    assert raw("batchpipe_tokens_total", model="echo", kind="reasoning") == 5
+    assert raw("batchpipe_request_latency_seconds_count") == 5
+    assert raw("batchpipe_request_latency_seconds_sum") == pytest.approx(0.2)
+    assert raw("batchpipe_queue_wait_seconds_count") == 6
+    assert raw("batchpipe_stage_seconds_total", stage="decode") == 0.25
+    assert raw("batchpipe_stage_seconds_total", stage="encode") > 0
+    m.flush()  # nothing gathered since: nothing added twice
+    assert raw(completed[0], **completed[1]) == 5
+    assert raw("batchpipe_queue_wait_seconds_count") == 6
