@@ -1,14 +1,17 @@
-"""The worker's CPU per request, pure-Python build against a mypyc-compiled one, in one run.
+"""The worker's CPU per request, this checkout against other builds of it, in one run.
 
-Each build is a source tree: this checkout (pure Python) and ``--compiled`` (a copy of it
-whose hot modules mypyc compiled in place, so their ``.so`` is imported before their
-``.py``). Each round runs :mod:`bench.overhead`'s ``worker, defaults`` and ``worker,
+Each build is a source tree, ``--tree NAME=DIR``, the first one the base the others are
+compared with: a checkout (``.`` is this one), a copy whose hot modules mypyc compiled in
+place (their ``.so`` imported before their ``.py``), or a prototype of another way to
+write the hot path (issue 42: msgspec Structs in place of dataclasses).
+Each round runs :mod:`bench.overhead`'s ``worker, defaults`` and ``worker,
 realistic prompts`` variants once per build, each build in a process of its own (its own
-embedded broker) with the tree first on ``PYTHONPATH``; the order of the builds alternates
-from round to round so that the machine's drift falls on both. Medians over rounds, and
-compiled / pure as ratios.
+embedded broker) with the tree first on ``PYTHONPATH``; the order of the builds rotates
+from round to round so that the machine's drift falls on all. Medians over rounds, and
+each build / base as ratios.
 
-    .venv/bin/python -m bench.builds --compiled DIR [--rounds 3] [--requests N]
+    .venv/bin/python -m bench.builds --tree NAME=DIR --tree NAME=DIR [...] [--rounds 3]
+        [--requests N]
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from typing import Any
 
 from bench.common import write_result
 
-ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ("loop", "process_stat")
 
 
@@ -78,22 +80,29 @@ def _run(tree: Path, total: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compiled", type=Path, required=True)
+    parser.add_argument("--tree", action="append", required=True, metavar="NAME=DIR")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=6000)
     args = parser.parse_args(argv)
-    trees = {"pure": ROOT, "compiled": args.compiled.resolve()}
-    runs: dict[str, list[dict[str, Any]]] = {"pure": [], "compiled": []}
+    trees: dict[str, Path] = {}
+    for given in args.tree:
+        name, _, tree = given.partition("=")
+        if not name or not tree or name in trees:
+            parser.error(f"--tree {given!r}: give NAME=DIR, each NAME once")
+        trees[name] = Path(tree).resolve()
+    if len(trees) < 2:
+        parser.error("give at least two --tree: a base and one to compare with it")
+    runs: dict[str, list[dict[str, Any]]] = {build: [] for build in trees}
     modules: dict[str, list[str]] = {}
+    names = list(trees)
+    base = names[0]
     for i in range(args.rounds):
-        order = ["pure", "compiled"] if i % 2 == 0 else ["compiled", "pure"]
+        order = names[i % len(names) :] + names[: i % len(names)]
         for build in order:
             result = _run(trees[build], args.requests)
             modules[build] = result["compiled_modules"]
             runs[build].append(result["variants"])
             print(build, json.dumps(result["variants"]), flush=True)
-    if not modules["compiled"]:
-        raise RuntimeError(f"{args.compiled}: no compiled module was imported")
     median: dict[str, dict[str, dict[str, float]]] = {}
     for build, rounds in runs.items():
         median[build] = {}
@@ -105,18 +114,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             figures["requests_per_s"] = statistics.median(r["requests_per_s"] for r in rows)
             median[build][variant] = figures
     ratios = {
-        variant: {
-            f: round(median["compiled"][variant][f] / median["pure"][variant][f], 3)
-            for f in (*FIGURES, "requests_per_s")
+        build: {
+            variant: {
+                f: round(median[build][variant][f] / median[base][variant][f], 3)
+                for f in (*FIGURES, "requests_per_s")
+            }
+            for variant in median[base]
         }
-        for variant in median["pure"]
+        for build in names[1:]
     }
     figures = {
         "requests": args.requests,
         "rounds": args.rounds,
-        "compiled_modules": modules["compiled"],
+        "trees": {build: str(tree) for build, tree in trees.items()},
+        "compiled_modules": modules,
         "median_cpu_us_per_request_and_requests_per_s": median,
-        "compiled_over_pure": ratios,
+        "base": base,
+        "over_base": ratios,
         "runs": runs,
     }
     path = write_result("builds", figures)

@@ -17,8 +17,8 @@ BENCH = Path(run_all.__file__).resolve().parent
 # shared helpers, the charts, the published figures, the runner itself, the stand-in OpenAI
 # server (bench.remote's and the tests'), the feeder's mover (part of bench.fairness), the
 # feeder at scale and behind an open upload (feeder_memory, feeder_open_upload: run by
-# hand under the heavy lock, minutes; issue 38), the pure-Python against the mypyc build
-# (builds: needs a compiled tree; issue 42), and
+# hand under the heavy lock, minutes; issue 38), builds of the worker side by side
+# (builds: needs the other trees, a mypyc build or a prototype; issue 42), and
 # the check for a machine with a GPU (gpu_check and its sections)
 NOT_BENCHMARKS = {"__init__", "common", "plot", "figures", "tables", "run_all", "mover"} | {
     "feeder_memory",
