@@ -25,17 +25,28 @@ the *virtual arrival* ``arrival − p·s`` — a request of priority ``p`` is qu
 arrived ``p·s`` earlier — which does not change as time passes: the queue stays one sorted
 list, kept by insertion, and aging costs nothing per batch. Within a priority it is FIFO.
 
+Newcomers first. A request may carry the feeder's virtual tag (:attr:`Pending.tag`: its
+key's virtual service since the key became active, so a newly active key's requests carry
+the lowest). A tagged request is queued just ahead of the first queued request with a
+higher tag, but never more than ``s`` ahead of its own place: its virtual arrival is at
+least ``arrival − p·s − s``, as if one priority level higher at most. The place is fixed
+when it is queued, so the queue stays sorted by insertion; a request without a tag keeps
+its place (and may be overtaken by tagged ones, within that bound). A tag therefore never
+starves anything: a tenant who writes ``0`` on every request (anyone can write the requests
+topic) gains at most what one priority level gains.
+
 The bound. Let a request R of priority ``p`` be queued at ``a``; let ``P`` be the highest
 priority of any request queued or arriving while R waits, ``N`` the most requests in flight
 meanwhile (the worker's ``prefetch_count`` bounds it), and ``c`` the longest interval
 between two calls of :meth:`next_batch` while R waits (the engine's time per batch, for a
 caller that asks for a batch whenever the engine is free). A request arriving after
-``a + (P − p)·s`` is queued behind R, so from ``T = a + max((P − p)·s, timeout_s)`` on at most
-``N − 1`` requests are ahead of R and none joins them; every call at or after ``T`` releases
-a batch (R is timed out), and every batch takes the first request in the order. R is in
-one of the first ``N`` batches released from ``T``::
+``a + (P − p + 1)·s`` is queued behind R (``+ 1``: a tag moves a request at most ``s``
+ahead), so from ``T = a + max((P − p + 1)·s, timeout_s)`` on at most ``N − 1`` requests are
+ahead of R and none joins them; every call at or after ``T`` releases a batch (R is timed
+out), and every batch takes the first request in the order. R is in one of the first ``N``
+batches released from ``T``::
 
-    wait(R) <= max((P − p)·s, timeout_s) + N·c
+    wait(R) <= max((P − p + 1)·s, timeout_s) + N·c
 
 (plus one batch for each :meth:`requeue` of a request ahead of R, e.g. an engine retry).
 Fed to an in-flight engine through :meth:`take`, ``c`` is the longest interval between two
@@ -48,6 +59,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Collection, Sequence
 from typing import Generic
 
@@ -55,9 +67,10 @@ from batcher.dedup import DedupIndex
 from batcher.formation import select
 from batcher.types import Batch, BatchLimits, Partition, Pending, Reason, T
 
-# Queue order: virtual arrival (arrival − priority·priority_aging_s), then priority
-# descending, arrival, admission sequence (a total order). See the module docstring.
-_Entry = tuple[float, int, float, int, str]
+# Queue order: virtual arrival (arrival − priority·priority_aging_s, or a little earlier
+# for a tag), then tag (none: inf), priority descending, arrival, admission sequence (a
+# total order). See the module docstring.
+_Entry = tuple[float, float, int, float, int, str]
 
 
 class DynamicBatcher(Generic[T]):
@@ -78,6 +91,12 @@ class DynamicBatcher(Generic[T]):
         self._arrivals: list[tuple[float, int, str]] = []
         self._queued_tokens = 0
         self._with_deadline = 0
+        # each queued or running item's place, fixed when first queued (a tag's depends on
+        # the queue then), kept through requeue
+        self._entries: dict[str, _Entry] = {}
+        # at least every queued tag (the highest since the queue was last empty): a tag at
+        # or above it goes to its own place without a look at the queue
+        self._tag_ceiling = -math.inf
 
     @property
     def max_batch_size(self) -> int:
@@ -283,23 +302,43 @@ class DynamicBatcher(Generic[T]):
 
     def _entry(self, item: Pending[T]) -> _Entry:
         virtual_arrival = item.arrival - item.priority * self._aging_s
-        return (virtual_arrival, -item.priority, item.arrival, self._seq[item.key], item.key)
+        tag = math.inf if item.tag is None else item.tag
+        if tag < self._tag_ceiling:  # newcomers first, at most aging_s ahead (module doc)
+            for entry in self._order:
+                if entry[1] > tag:
+                    floor = virtual_arrival - self._aging_s
+                    virtual_arrival = max(floor, min(virtual_arrival, entry[0]))
+                    break
+        return (
+            virtual_arrival,
+            tag,
+            -item.priority,
+            item.arrival,
+            self._seq[item.key],
+            item.key,
+        )
 
     def _enqueue(self, item: Pending[T]) -> None:
-        bisect.insort(self._order, self._entry(item))
+        entry = self._entries.get(item.key)
+        if entry is None:
+            entry = self._entries[item.key] = self._entry(item)
+        bisect.insort(self._order, entry)
+        self._tag_ceiling = max(self._tag_ceiling, entry[1])
         self._queued[item.key] = item
         self._queued_tokens += item.tokens
         heapq.heappush(self._arrivals, (item.arrival, self._seq[item.key], item.key))
         # Stale heap entries are dropped lazily; compact when they dominate.
         if len(self._arrivals) > 2 * len(self._order) + 64:
-            self._arrivals = [(e[2], e[3], e[4]) for e in self._order]
+            self._arrivals = [(e[3], e[4], e[5]) for e in self._order]
             heapq.heapify(self._arrivals)
 
     def _dequeue(self, item: Pending[T]) -> None:
-        entry = self._entry(item)
+        entry = self._entries[item.key]
         del self._order[bisect.bisect_left(self._order, entry)]
         del self._queued[item.key]
         self._queued_tokens -= item.tokens
+        if not self._order:
+            self._tag_ceiling = -math.inf
 
     def _oldest_arrival(self) -> float | None:
         heap = self._arrivals
@@ -309,5 +348,6 @@ class DynamicBatcher(Generic[T]):
 
     def _forget(self, item: Pending[T]) -> None:
         del self._seq[item.key]
+        self._entries.pop(item.key, None)
         if item.deadline is not None:
             self._with_deadline -= 1

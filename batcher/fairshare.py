@@ -27,6 +27,11 @@ Invariants:
   size: issue 38); tags are rebased to the virtual time when it passes :data:`REBASE_AT`,
   so increments stay far above a float's resolution;
 * :meth:`FairShare.next` never hands out more than a batch has waiting;
+* *newcomers first*: a batch never served yet may be handed up to ``fresh`` more than
+  ``room`` (its first slice is fed even when the workers' credit is spent), and every
+  slice comes with :attr:`FairShare.tag`, its key's virtual service since the key became
+  active (0 for a newcomer's first slice): the feeder writes it on each record and the
+  workers start what they hold lowest tag first (docs/architecture.md §10);
 * cost per call is O(log n) in the active keys and batches (heaps with lazy deletion),
   and what is kept per batch is a few numbers, so 10,000 active batches cost kilobytes.
 
@@ -69,6 +74,7 @@ class _Tagged:
 @dataclass
 class _Batch(_Tagged):
     key: str = ""
+    served: bool = False  # handed a slice yet: only a batch never served may overdraw
     waiting: int = 0
     tokens: float = 1.0  # estimated tokens a request: the mean of those added
     added: int = 0
@@ -77,6 +83,7 @@ class _Batch(_Tagged):
 @dataclass
 class _Key(_Tagged):
     now: float = 0.0  # virtual time among its batches: the tag of the one served last
+    since: float = 0.0  # the fleet's virtual time when it became active
     batches: dict[str, _Batch] = field(default_factory=dict)
     heap: list[tuple[float, int, str]] = field(default_factory=list)
 
@@ -94,6 +101,9 @@ class FairShare:
         self._now = 0.0  # virtual time among keys: the tag of the key served last
         self._versions = itertools.count()  # unique, re-added keys and batches included
         self._weights: Counter[float] = Counter()  # active batches' weights
+        #: the last slice's key's virtual service since it became active, at the slice's
+        #: start (0 for a newly active key): what the workers order held requests by
+        self.tag = 0.0
 
     def __len__(self) -> int:
         """How many batches have requests waiting."""
@@ -117,6 +127,7 @@ class FairShare:
             owner = self._keys.get(key)
             if owner is None:
                 owner = self._keys[key] = _Key(weight, self._now, next(self._versions))
+                owner.since = self._now
                 self._push_key(key, owner)
             batch = _Batch(weight, owner.now, next(self._versions), key)
             self._batches[batch_id] = batch
@@ -136,10 +147,11 @@ class FairShare:
         self._drop(batch_id, batch)
         return batch.waiting
 
-    def next(self, room: int) -> tuple[str, int] | None:
-        """The batch to serve now and how many of its requests (at most ``room``), counted
-        as served; None when nothing waits or ``room`` < 1."""
-        if room < 1:
+    def next(self, room: int, fresh: int = 0) -> tuple[str, int] | None:
+        """The batch to serve now and how many of its requests (at most ``room``, or
+        ``room + fresh`` for a batch never served yet), counted as served; None when
+        nothing waits or the batch to serve has no room. :attr:`tag` is then the slice's."""
+        if room < 1 and fresh < 1:
             return None
         while self._heap:
             tag, version, key = self._heap[0]
@@ -148,10 +160,15 @@ class FairShare:
                 heapq.heappop(self._heap)  # stale: gone, or re-pushed since
                 continue
             batch_id, batch = self._first(owner)
+            allowed = room if batch.served else room + max(0, fresh)
+            if allowed < 1:
+                return None
             ratio = min(float(MAX_SLICE_RATIO), batch.weight / min(self._weights))
-            count = min(room, batch.waiting, max(1, round(self.quantum * ratio)))
+            count = min(allowed, batch.waiting, max(1, round(self.quantum * ratio)))
             cost = count * batch.tokens
+            batch.served = True
             self._now = max(self._now, tag)
+            self.tag = self._now - owner.since
             owner.now = max(owner.now, batch.tag)
             batch.tag = max(batch.tag, owner.now) + cost / batch.weight
             owner.tag = max(owner.tag, self._now) + cost / owner.weight
@@ -205,6 +222,7 @@ class FairShare:
         self._heap = []
         for key, owner in self._keys.items():
             owner.tag -= base
+            owner.since -= base
             owner.heap = []
             for batch_id, batch in owner.batches.items():
                 batch.tag -= owner.now

@@ -41,6 +41,10 @@ class Pending(Generic[T]):
     deadline: float | None = None
     dedup_key: Hashable | None = None
     prefix_key: bytes | None = None
+    #: the feeder's virtual tag (newcomers first, docs/architecture.md §10): queued
+    #: requests start lowest tag first, within a bound (:mod:`batcher.batcher`); None
+    #: keeps arrival order
+    tag: float | None = None
 
     def __post_init__(self) -> None:
         if self.prompt_tokens < 0 or self.max_tokens < 0:
@@ -97,7 +101,8 @@ class Batch(Generic[T]):
     """Requests released together. ``items`` are the ones to run; dedup followers ride on
     their leaders and are returned by :meth:`DynamicBatcher.complete`, not listed here.
     ``items[0]`` is the anchor: the queued request of the highest effective priority
-    (priority raised by its wait, see :mod:`batcher.batcher`)."""
+    (priority raised by its wait; a tag moves a request ahead within a bound: see
+    :mod:`batcher.batcher`)."""
 
     items: tuple[Pending[T], ...]
     reason: Reason

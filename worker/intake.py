@@ -18,6 +18,7 @@ from worker.config import BatchingConfig, GenerationConfig
 from worker.engines.base import Engine, EngineInput, ResolvedSampling
 from worker.engines.support import refusal
 from worker.errors import ErrorCode, RequestError
+from worker.feeder.headers import tag_of
 from worker.jobs import Identity, Job, Source, failed
 from worker.wire.batchline import URLS
 from worker.wire.codec import CodecLimits, Headers, decode_request
@@ -73,7 +74,7 @@ class Intake:
         request: InferenceRequest | None = None
         try:
             request = decode_request(value, headers, self._limits)
-            return self._admit(request, source, now)
+            return self._admit(request, source, now, tag_of(headers))
         except RequestError as exc:
             if request is not None and request.responses:
                 exc = named_for_responses(exc)  # the field as the line named it
@@ -92,7 +93,9 @@ class Intake:
                 result = replace(result, batch_id=exc.batch_id, batch_total=exc.batch_total)
             return Rejection(result, request.submitted_at if request else None)
 
-    def _admit(self, request: InferenceRequest, source: Source, now: float) -> Pending[Job]:
+    def _admit(
+        self, request: InferenceRequest, source: Source, now: float, tag: float | None = None
+    ) -> Pending[Job]:
         served = self._identity.model
         if request.model not in ("", served):
             raise RequestError(
@@ -164,6 +167,7 @@ class Intake:
             prefix_key=prefix_key_of(token_ids)
             if self._batching.shared_prefix and not inputs
             else None,
+            tag=tag,  # the feeder's, bounded: newcomers first (§10)
         )
 
     def _tokens(

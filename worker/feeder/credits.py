@@ -122,11 +122,14 @@ class Credits:
         """How many shared records may be fed now, over every worker."""
         return sum(max(0, credit) for _, credit, _ in self._live())
 
-    def place(self, count: int) -> list[int]:
+    def place(self, count: int, over: int = 0) -> list[int]:
         """Partitions for the next ``count`` shared records (fewer when credit runs out),
         spread over the workers with credit and, within a worker, to its partition with
-        the fewest unread; each is counted as given until :meth:`delivered`."""
-        live = [(credit, mine) for _, credit, mine in self._live() if credit > 0]
+        the fewest unread; each is counted as given until :meth:`delivered`. Up to
+        ``over`` of them may go beyond credit (a newly active batch's first slice, §10):
+        those go to the live workers' partitions with the fewest unread, in turn."""
+        workers = self._live()
+        live = [(credit, mine) for _, credit, mine in workers if credit > 0]
         out: list[int] = []
         while live and len(out) < count:
             left: list[tuple[int, list[int]]] = []
@@ -139,7 +142,18 @@ class Credits:
                 if credit > 1:
                     left.append((credit - 1, mine))
             live = left
+        beyond = min(over, count - len(out))
+        ranked = sorted(workers, key=lambda w: -w[1])  # the most credit (least behind) first
+        for i in range(beyond if ranked else 0):
+            _, _, mine = ranked[i % len(ranked)]
+            partition = min(mine, key=self._backlog)
+            self._given[partition] = self._given.get(partition, 0) + 1
+            out.append(partition)
         return out
+
+    def live(self) -> bool:
+        """Whether any worker reports (a record fed beyond credit has somewhere to go)."""
+        return bool(self._live())
 
     def _live(self) -> list[tuple[str, int, list[int]]]:
         """(worker, credit, the partitions it holds) for every worker reporting."""

@@ -1,6 +1,7 @@
 """One pending record into the requests topic, or, when that cannot be, its dead letter.
 
-The feeder copies a record's key, value and headers as they are: it never decodes a
+The feeder copies a record's key, value and headers as they are, setting one: a shared
+record's virtual tag (``batchpipe-tag``, newcomers first, §10). It never decodes a
 request, and a value the worker cannot read is answered by the worker (4001/4003 or a
 dead letter, §5). What the feeder's producer refuses outright — a record over its
 ``message.max.bytes`` (a direct publisher may have written one: the pending topic takes
@@ -22,7 +23,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from worker.errors import ErrorCode
-from worker.feeder.headers import headers_of
+from worker.feeder.headers import headers_of, with_tag
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +44,14 @@ def forward(
     m: Message,
     on_delivery: Callable[[KafkaError | None, Message], None],
     partition: int | None = None,
+    tag: float | None = None,
 ) -> bool:
     """Produce ``m`` to ``requests_topic`` (to ``partition``, or where the producer's
-    partitioner puts it); True if it went there, False if its dead letter went to
-    ``dead_letter_topic`` instead."""
+    partitioner puts it; with its virtual ``tag`` in a header when given); True if it went
+    there, False if its dead letter went to ``dead_letter_topic`` instead."""
     headers = headers_of(m)
+    if tag is not None:
+        headers = with_tag(headers, tag)
     where = {} if partition is None else {"partition": partition}
     try:
         producer.produce(

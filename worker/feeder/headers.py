@@ -46,6 +46,9 @@ TOKENS_HEADER = "batchpipe-tokens"
 SEALED_HEADER = "batchpipe-sealed"
 #: on the end marker, the batch's last record (no value): the number of its records
 END_HEADER = "batchpipe-end"
+#: on each record the feeder shares: its key's virtual tag (newcomers first, §10); the
+#: worker starts the requests it holds lowest tag first
+TAG_HEADER = "batchpipe-tag"
 #: a number header longer than this is not a number (a float's repr is ≤ 24 characters)
 MAX_NUMBER_CHARS = 32
 #: the longest batch id or key the feeder keeps, in characters
@@ -163,6 +166,31 @@ def batch_of(headers: Headers | None) -> str:
         elif name == KEY_HEADER:
             key = _text(value)
     return "" if len(batch_id) > MAX_ID_CHARS or len(key) > MAX_ID_CHARS else batch_id
+
+
+def tag_of(headers: Headers | None) -> float | None:
+    """The virtual tag on a request (the last :data:`TAG_HEADER`); None when there is none
+    or it is no finite number ≥ 0 of at most :data:`MAX_NUMBER_CHARS` characters: anyone
+    who can write the requests topic writes it, so a bad one only leaves the record in
+    arrival order (and a good one moves it a bounded way, :mod:`batcher.batcher`)."""
+    raw: str | bytes | None = None
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    for name, value in pairs:
+        if name == TAG_HEADER:
+            raw = value
+    if raw is None or len(raw) > MAX_NUMBER_CHARS:
+        return None
+    try:
+        tag = float(raw)
+    except ValueError:  # not a number (also: not UTF-8, a lone surrogate)
+        return None
+    return tag if math.isfinite(tag) and tag >= 0 else None
+
+
+def with_tag(headers: Headers | None, tag: float) -> list[tuple[str, str | bytes | None]]:
+    """``headers`` with :data:`TAG_HEADER` set to ``tag`` (any a publisher wrote dropped)."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    return [*((n, v) for n, v in pairs if n != TAG_HEADER), (TAG_HEADER, repr(tag).encode())]
 
 
 def headers_of(m: Message) -> Headers | None:

@@ -85,7 +85,8 @@ class Mover:
         self._undelivered = 0  # slice records the broker refused in this step
         self.trim = Trim(clients.admin(k), self._pending, metrics.trimmed)
         # what each worker can take, from its demand reports (worker/feeder/credits.py)
-        self.credits = Credits(config.batching.prefetch_count)
+        self._batch = config.batching.prefetch_count
+        self.credits = Credits(self._batch)
         self._demand = DemandReader(k)
 
     def close(self) -> None:
@@ -108,37 +109,42 @@ class Mover:
         unread = self.credits.unread()
         self._metrics.depth(unread, unread + room)
         self.trim.poll()
-        step = self.planner.plan(room, STEP_MAX)  # stopped batches: outside shares and credits
+        # stopped batches: outside shares and credits; a newly active batch's first slice
+        # may exceed the credit by one batch (newcomers first, §10)
+        fresh = self._batch if self.credits.live() else 0
+        step = self.planner.plan(room, STEP_MAX, fresh)
         if not step.slices and not step.stops and not step.abandoned:
             if self._alive_due():  # idle or full: serve still sees a feeder
                 self._producer.begin_transaction()
                 self._producer.produce(self._state, key=state.ALIVE_KEY, value=self._alive)
                 self._producer.commit_transaction(TIMEOUT_S)
             return 0
-        self._commit(step)
+        self._commit(step, room)
         moved = step.moved
         self._metrics.fed(moved)
         self._metrics.active(len(self.fair))
         self._metrics.quarantined(len(step.stops), sum(step.abandoned.values()))
         return moved
 
-    def _commit(self, step: Step) -> None:
+    def _commit(self, step: Step, room: int) -> None:
         p = self._producer
         p.begin_transaction()
         self._undelivered = 0
         for stop in step.stops:  # workers answer the batch 4007 (worker/feeder/plan.py)
             p.produce(self._control, key=stop.batch_id.encode(), value=stop.encode())
-        places = iter(self.credits.place(step.shared))  # each to a worker with credit
+        # each to a worker with credit; a newcomer's first slice beyond it
+        places = iter(self.credits.place(step.shared, over=step.shared - room))
         for i, (_, records) in enumerate(step.slices):
             if i < step.drains:  # answered at admission by whoever reads them
                 for m in records:
                     forward(p, self._requests, self._dead_letters, m, self._drained)
                 continue
+            tag = step.tags[i - step.drains]  # the workers start the lowest first
             for m in records:
                 partition = next(places, None)
                 if (
                     not forward(
-                        p, self._requests, self._dead_letters, m, self._delivered, partition
+                        p, self._requests, self._dead_letters, m, self._delivered, partition, tag
                     )
                     and partition is not None
                 ):

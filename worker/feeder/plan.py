@@ -65,9 +65,11 @@ class _Held:
 @dataclass
 class Step:
     """One step's moves: per batch its records in order, how many were shared (counted
-    against the depth), and the quarantines to announce with it."""
+    against the credits), and the quarantines to announce with it."""
 
     slices: list[tuple[str, list[Message]]] = field(default_factory=list)
+    #: each shared slice's virtual tag (:attr:`FairShare.tag`), in order after the drains
+    tags: list[float] = field(default_factory=list)
     shared: int = 0
     #: how many of ``slices``, first, are stopped batches' drains (not shared)
     drains: int = 0
@@ -159,19 +161,26 @@ class Planner:
             if batch_id in self.index.batches:
                 self._abandon(batch_id, FeederError(f"no end marker for {HOLD_S:.0f} s"))
 
-    def plan(self, room: int, budget: int) -> Step:
+    def plan(self, room: int, budget: int, fresh: int = 0) -> Step:
         """Up to ``budget`` records: stopped batches' first (outside the shares and the
-        credits), then what fair share chooses within ``room``."""
+        credits), then what fair share chooses within ``room``; a batch never fed yet may
+        have its first slice beyond ``room``, by up to ``fresh`` records (newcomers first,
+        §10)."""
         if self._held:
             self._expire()
         step = Step(stops=self._stops, abandoned=self._abandoned)
         self._stops, self._abandoned = [], {}
         step.slices = self.drain.slices(self.ahead, budget, self._abandon)
         step.drains = len(step.slices)
-        room = min(room, budget - step.moved)
+        left = budget - step.moved
+        room = min(room, left)
         cap = self.ahead.slice_cap(len(self.fair))  # a round's slices fit the read-ahead
-        while room > 0 and (picked := self.fair.next(min(room, cap))) is not None:
+        while left > 0:
+            over = min(fresh, left - room, cap - min(room, cap))
+            if (picked := self.fair.next(min(room, cap), over)) is None:
+                break
             batch_id, count = picked
+            tag = self.fair.tag
             try:
                 records = self.ahead.take(batch_id, count)
             except KafkaException:
@@ -182,7 +191,9 @@ class Planner:
             if not records:
                 continue
             step.slices.append((batch_id, records))
-            room, step.shared = room - len(records), step.shared + len(records)
+            step.tags.append(tag)
+            room, left = max(0, room - len(records)), left - len(records)
+            step.shared += len(records)
         step.stops.extend(self._stops)  # quarantined while planning: announced now
         step.abandoned.update(self._abandoned)
         self._stops, self._abandoned = [], {}

@@ -1,0 +1,124 @@
+"""Newcomers first, the feeder's side (docs/architecture.md §10): a newly active batch's
+first slice is fed beyond the workers' credit (by up to one batch), and every shared
+record carries its key's virtual tag in ``batchpipe-tag``, lowest for a newcomer, read
+back by the worker with a bound (anyone can write the requests topic)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from batcher.fairshare import FairShare
+from tests.unit.worker.feeder.test_quarantine import Feeder, Producer, record
+from worker.demand import Demand
+from worker.feeder.credits import Credits
+from worker.feeder.forward import forward
+from worker.feeder.headers import MAX_NUMBER_CHARS, TAG_HEADER, tag_of, with_tag
+
+
+def test_a_newly_active_batch_is_served_beyond_the_room_once() -> None:
+    fair = FairShare(4)
+    fair.add("large", 100, key="alice")
+    assert fair.next(4) == ("large", 4) and fair.tag == 0.0
+    assert fair.next(4) == ("large", 4) and fair.tag == 4.0
+    assert fair.next(0, fresh=8) is None  # served before: no overdraw
+    fair.add("small", 3, key="bob")
+    assert fair.next(0, fresh=8) == ("small", 3)
+    assert fair.tag == 0.0  # bob's first slice: no service yet
+    assert fair.next(0, fresh=8) is None
+
+
+def test_a_key_tag_is_its_service_since_it_became_active() -> None:
+    fair = FairShare(2)
+    fair.add("a", 10, key="alice", tokens=5.0)
+    tags = []
+    for _ in range(3):
+        assert fair.next(2) is not None
+        tags.append(fair.tag)
+    assert tags == [0.0, 10.0, 20.0]  # 2 requests × 5 tokens a slice, weight 1
+    fair.add("b", 4, key="bob", tokens=5.0)
+    assert fair.next(2) == ("b", 2) and fair.tag == 0.0  # bob has been served nothing
+
+
+def test_the_planner_feeds_a_newcomer_when_the_credit_is_spent() -> None:
+    feeder = Feeder([*(record(o, "large") for o in range(40)), record(40, "small")])
+    feeder.planner.note(feeder.log.records[:40])
+    first = feeder.planner.plan(8, 16, fresh=64)
+    assert [b for b, _ in first.slices] == ["large", "large"] and first.shared == 8
+    assert feeder.planner.plan(0, 16, fresh=64).slices == []  # no credit, nothing new
+    feeder.planner.note(feeder.log.records[40:])
+    step = feeder.planner.plan(0, 16, fresh=64)
+    assert [(b, len(r)) for b, r in step.slices] == [("small", 1)]
+    assert step.tags == [0.0] and min(first.tags) == 0.0 and max(first.tags) > 0.0
+    assert feeder.planner.plan(0, 16, fresh=64).slices == []
+
+
+def test_the_tag_goes_on_every_shared_record_replacing_a_publishers() -> None:
+    m = record(0, "a", batchpipe_tag=b"0")  # a publisher's own: not the feeder's
+    producer = Producer()
+    assert forward(producer, "requests", "dead", m, lambda *_: None, 3, 12.5)
+    headers = producer.sent[0][2]
+    assert [v for n, v in headers if n == TAG_HEADER] == [b"12.5"]
+    assert tag_of(headers) == 12.5
+
+
+def test_a_record_fed_beyond_credit_goes_to_the_live_workers() -> None:
+    credits = Credits(4, clock=lambda: 1.0, wall=lambda: 1.0)
+    credits.report(Demand("w0", 1.0, ((0, 0),), held=4, running=4, free=0))
+    credits.report(Demand("w1", 1.0, ((1, 0),), held=4, running=4, free=0))
+    for offset in range(4):  # one batch each, unread: no credit left
+        credits.delivered(0, offset)
+        credits.delivered(1, offset)
+    assert credits.room() == 0 and credits.place(5) == []
+    assert credits.place(5, over=3) == [0, 1, 0]  # in turn, as far as ``over`` allows
+    assert credits.live()
+    empty = Credits(4, clock=lambda: 1.0, wall=lambda: 1.0)
+    assert not empty.live() and empty.place(5, over=5) == []
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"nan",
+        b"NaN",
+        b"inf",
+        b"-inf",
+        b"1e400",  # inf once read
+        b"-1",
+        b"",
+        b"x",
+        b"\xff\xfe",
+        "\udcff",
+        b"1" * (MAX_NUMBER_CHARS + 1),
+        b"0x10",
+        None,
+    ],
+)
+def test_a_bad_tag_is_no_tag(raw: Any) -> None:
+    assert tag_of([(TAG_HEADER, raw)]) is None
+
+
+def test_tags_read_back() -> None:
+    assert tag_of([(TAG_HEADER, b"0")]) == 0.0
+    assert tag_of({TAG_HEADER: "3.25"}) == 3.25
+    assert tag_of([(TAG_HEADER, b"9"), (TAG_HEADER, b"1")]) == 1.0  # the last one
+    assert tag_of(None) is None and tag_of([]) is None
+    assert tag_of(with_tag({"a": b"1"}, 1e12 / 3)) == 1e12 / 3
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([TAG_HEADER, "other"]),
+            st.one_of(st.none(), st.binary(max_size=40), st.text(max_size=40)),
+        ),
+        max_size=6,
+    )
+)
+def test_any_header_reads_as_a_finite_tag_or_none(headers: list[tuple[str, Any]]) -> None:
+    tag = tag_of(headers)
+    assert tag is None or (math.isfinite(tag) and tag >= 0)
