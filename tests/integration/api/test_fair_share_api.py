@@ -21,6 +21,7 @@ always met, with room on a loaded machine: within 25 %.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -33,9 +34,10 @@ from openai import OpenAI
 from tests.integration.api.conftest import Serve, sdk
 from tests.integration.api.test_sdk_echo import batch_file, wait_for
 from tests.integration.fleet import fleet
-from tests.integration.harness import running_worker, write_config
+from tests.integration.harness import drain, reader, running_worker, write_config
 from tests.integration.test_fair_share import SMALL_SHARE, fair
 from worker.config import Config
+from worker.wire.codec import decode_result
 
 pytestmark = pytest.mark.integration
 
@@ -56,6 +58,7 @@ def _create(client: OpenAI, path: Path) -> str:
 
 
 def _race(
+    config: Config,
     alice: OpenAI,
     bob: OpenAI,
     tmp_path: Path,
@@ -75,7 +78,10 @@ def _race(
     done: dict[str, float] = {}
     deadline = time.monotonic() + timeout_s
     while len(done) < 2:
-        assert time.monotonic() < deadline, f"not both ended within {timeout_s} s: {done}"
+        if time.monotonic() > deadline:
+            ids = {"alice": (alice, alice_id), "bob": (bob, bob_id)}
+            late = {who: pair for who, pair in ids.items() if who not in done}
+            raise AssertionError(f"not both ended within {timeout_s} s: {_why(config, late)}")
         for who, client, batch_id, since in (
             ("bob", bob, bob_id, bob_started),
             ("alice", alice, alice_id, started),
@@ -92,6 +98,34 @@ def _race(
     )
 
 
+def _why(config: Config, late: dict[str, tuple[OpenAI, str]]) -> str:
+    """What serve says of each batch that did not end, beside what the results topic
+    holds of it, read_committed and read_uncommitted from its start: records and distinct
+    ``custom_id``s (serve's tally against a request lost or repeated on the topic)."""
+    topic: dict[bool, Counter[tuple[str, str]]] = {}
+    for committed in (True, False):
+        consumer = reader(config, config.kafka.results_topic, read_committed=committed)
+        topic[committed] = Counter(
+            (r.batch_id, r.custom_id)
+            for r in (decode_result(m.value(), m.headers()) for m in drain(consumer, 20))
+        )
+    rows = []
+    for who, (client, batch_id) in late.items():
+        batch = client.batches.retrieve(batch_id)
+        found = {
+            ("committed" if committed else "uncommitted"): (
+                sum(n for (b, _), n in counts.items() if b == batch_id),
+                sum(1 for b, _ in counts if b == batch_id),
+            )
+            for committed, counts in topic.items()
+        }
+        rows.append(
+            f"{who}: serve says {batch.status} {batch.request_counts}; on the results topic "
+            f"(records, distinct ids) {found}"
+        )
+    return "; ".join(rows)
+
+
 @contextmanager
 def _three_workers(config: Config, tmp_path: Path) -> Iterator[None]:
     with fleet(write_config(config, tmp_path / "worker.yaml")) as workers:
@@ -105,7 +139,7 @@ def test_bob_is_not_behind_alice_with_one_worker(
 ) -> None:
     config = fair(api_config, token_s=_TOKEN_S)
     with serve(config) as server, running_worker(config):
-        _race(sdk(server), sdk(server, "sk-bob"), tmp_path, 12_000, timeout_s=300)
+        _race(config, sdk(server), sdk(server, "sk-bob"), tmp_path, 12_000, timeout_s=300)
 
 
 def test_bob_is_not_behind_alice_with_three_workers(
@@ -113,7 +147,7 @@ def test_bob_is_not_behind_alice_with_three_workers(
 ) -> None:
     config = fair(api_config, token_s=_TOKEN_S)
     with serve(config) as server, _three_workers(config, tmp_path):
-        _race(sdk(server), sdk(server, "sk-bob"), tmp_path, 24_000, timeout_s=400)
+        _race(config, sdk(server), sdk(server, "sk-bob"), tmp_path, 24_000, timeout_s=400)
 
 
 def test_bob_within_a_quarter_of_alice_with_the_defaults(
@@ -126,7 +160,9 @@ def test_bob_within_a_quarter_of_alice_with_the_defaults(
     )
     assert config.scheduling.fair  # the default, as a new user gets it
     with serve(config) as server, running_worker(config):
-        _race(sdk(server), sdk(server, "sk-bob"), tmp_path, 2_000, timeout_s=300, share=0.25)
+        _race(
+            config, sdk(server), sdk(server, "sk-bob"), tmp_path, 2_000, timeout_s=300, share=0.25
+        )
 
 
 def test_a_weight_below_the_floor_is_refused_and_another_key_runs(

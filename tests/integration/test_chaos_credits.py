@@ -1,0 +1,127 @@
+"""The chaos suite with the feeder feeding by credits (issue 39, docs/architecture.md §10).
+
+The other chaos scenarios publish straight to the requests topic, so the feeder every
+worker runs (``scheduling.fair``, the default) has nothing to feed. Here the batch goes
+through the pending topic (:meth:`batchpipe.Client.submit`) and the feeder produces each
+record to a partition of a worker with credit, from the workers' demand reports, while
+workers join, leave and are killed — the feeder's own worker among them. Each scenario
+ends in :func:`tests.integration.scenario.conclude`: every request answered once in what
+``collect`` writes, and repeats counted on the results topic itself, read_committed from
+its start (none through clean joins and leaves).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from batchpipe.client import Client
+from tests.integration.chaos_report import ChaosReport
+from tests.integration.fleet import Fleet, Member, assigned, busy, fleet
+from tests.integration.harness import ResultWatcher, read_whole, write_config
+from tests.integration.scenario import EXIT_GRACE_S, KILLED_ON_TANSU, conclude, paced, requests
+from tests.integration.test_fair_share import owner, wait_for_one
+from worker.config import Config
+
+pytestmark = pytest.mark.integration
+
+N = 4_000
+TOKEN_S = 0.05  # 10 tokens an answer: a batch of 32 takes 0.5 s, N about 20-40 s
+
+
+def fed_ends(config: Config, count: int) -> dict[int, int]:
+    """Per requests-topic partition, one past the last record the feeder produced there
+    (the transaction markers after it are not records a worker commits past)."""
+    ends: dict[int, int] = {}
+    for msg in read_whole(config, config.kafka.requests_topic, count):
+        partition, offset = msg.partition() or 0, msg.offset() or 0
+        ends[partition] = max(ends.get(partition, 0), offset + 1)
+    return ends
+
+
+Chaos = Callable[[Fleet, list[Member], Config], None]
+
+
+def _run(
+    kafka_config: Config,
+    tmp_path: Path,
+    report: ChaosReport,
+    name: str,
+    chaos: Chaos,
+    raw_duplicates_because: str = "",
+) -> None:
+    """Two workers, a batch of ``N`` submitted through the pending topic, ``chaos`` once
+    a tenth of it is answered, then :func:`conclude`."""
+    config = paced(kafka_config, token_s=TOKEN_S)
+    assert config.scheduling.fair  # the default: every worker runs a feeder
+    batch_id = chaos.__name__.replace("_", "-")
+    batch = requests(N, batch_id)
+    watcher = ResultWatcher(config)
+    try:
+        with fleet(write_config(config, tmp_path / "worker.yaml")) as workers:
+            members = [workers.start() for _ in range(2)]
+            for member in members:
+                workers.wait(member, assigned, 60, "a worker joins")
+            Client(config).submit(batch, batch_id=batch_id)
+            watcher.wait_until(lambda: len(watcher.ids) >= N // 10, 120, "fed by credit")
+            chaos(workers, members, config)
+            expected = {r.custom_id for r in batch}
+            watcher.wait_until(lambda: watcher.ids >= expected, 300, f"{N} answered")
+            conclude(
+                name,
+                config,
+                fed_ends(config, N),
+                {batch_id: sorted(expected)},
+                watcher,
+                workers,
+                report,
+                tmp_path,
+                answer_bound_s=300,
+                raw_duplicates_because=raw_duplicates_because,
+            )
+    finally:
+        watcher.close()
+
+
+def join_and_leave(workers: Fleet, members: list[Member], config: Config) -> None:
+    joined = workers.start()
+    workers.wait(joined, busy, 60, "the worker that joined is fed")
+    members.append(joined)
+    holder = wait_for_one(members, owner, "a feeder feeds")
+    assert workers.stop(holder, config.worker.drain_timeout_s + EXIT_GRACE_S) == 0
+    rest = [m for m in members if m is not holder]
+    wait_for_one(rest, owner, "another worker's feeder takes over")
+    workers.wait(workers.start(), assigned, 60, "a fourth worker joins")
+
+
+def test_chaos_credits_workers_join_and_the_feeders_worker_leaves(
+    kafka_config: Config, tmp_path: Path, chaos_report: ChaosReport
+) -> None:
+    """A third worker joins mid-batch and is fed (it holds requests only if the feeder
+    gave it credit); the worker whose feeder feeds is SIGTERMed, another's feeder takes
+    over, a fourth joins. No repeat on the results topic."""
+    name = "credits join/leave: 2 → 3 workers, the feeder's worker SIGTERMed, a 4th joins"
+    _run(kafka_config, tmp_path, chaos_report, name, join_and_leave)
+
+
+def kill_twice(workers: Fleet, members: list[Member], config: Config) -> None:
+    holder = wait_for_one(members, owner, "a feeder feeds")
+    other = next(m for m in members if m is not holder)
+    workers.wait(other, busy, 60, "the other worker is fed")
+    members.append(workers.restart(other))
+    workers.wait(members[-1], assigned, 60, "its replacement joins")
+    workers.wait(holder, busy, 60, "the feeder's worker holds requests")
+    members.append(workers.restart(holder))
+    wait_for_one([m for m in members if m.running], owner, "a live worker's feeder feeds")
+
+
+def test_chaos_credits_sigkill_a_worker_then_the_feeders_worker(
+    kafka_config: Config, tmp_path: Path, chaos_report: ChaosReport
+) -> None:
+    """A worker holding credit-fed requests is SIGKILLed (its partitions' records are
+    answered by whoever is assigned them next) and restarted; then the worker whose
+    feeder feeds is SIGKILLed and restarted."""
+    name = "credits SIGKILL: a fed worker, then the feeder's worker, each restarted"
+    _run(kafka_config, tmp_path, chaos_report, name, kill_twice, KILLED_ON_TANSU)
