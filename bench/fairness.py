@@ -17,10 +17,13 @@ each pace in one run of:
    active (1.0: equal shares; 0.25: one batch got everything), and their total
    requests/s, fair against FIFO.
 
-Then, at 1 s a step, the large batch alone on **three workers**, FIFO and fair; and the
-feeder's mover alone (:mod:`bench.mover`: one, four and 64 active batches).
+Then, at 1 s a step, the large batch alone on **three workers**, FIFO and fair; the
+**mixed-length** batch on the in-flight engine and the small batches after a **cancel**
+(:mod:`bench.fairness_variants`); and the feeder's mover alone (:mod:`bench.mover`: one,
+four and 64 active batches).
 
     .venv/bin/python -m bench.fairness [--large-20ms 8000] [--large-1s 320] [--every 0.5]
+        [--mixed 3000] [--cancel-large 8000]
 """
 
 from __future__ import annotations
@@ -29,9 +32,9 @@ import argparse
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from batchpipe.client import Client
 from bench import mover
@@ -69,9 +72,17 @@ def jain(rates: Sequence[float]) -> float:
 class Arm:
     """A worker on fresh topics with fair share on or off, and a reader of its answers."""
 
-    def __init__(self, bootstrap: str, token_s: float, fair: bool) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        token_s: float,
+        fair: bool,
+        echo_mode: Literal["static", "in_flight"] = "static",
+    ) -> None:
         config = fresh_config(bootstrap)
-        engine = EngineConfig(kind="echo", model="echo", simulated_token_s=token_s)
+        engine = EngineConfig(
+            kind="echo", model="echo", simulated_token_s=token_s, echo_mode=echo_mode
+        )
         self.config: Config = replace(
             config,
             engine=engine,
@@ -86,9 +97,13 @@ class Arm:
         self.submitted: dict[str, float] = {}
 
     def submit(self, prefix: str, n: int) -> list[str]:
+        return self.publish(prefix, lines(prefix, n))[1]
+
+    def publish(self, prefix: str, rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
+        """Submit ``rows`` as one batch named ``prefix``: its batch id and custom_ids."""
         self.submitted[prefix] = time.time()
-        self.client.submit(lines(prefix, n))
-        return [f"{prefix}-{i}" for i in range(n)]
+        receipt = self.client.submit(rows)
+        return receipt.batch_id, [str(row["custom_id"]) for row in rows]
 
     def done_at(self, ids: Sequence[str]) -> float:
         with self.seen.lock:
@@ -97,6 +112,24 @@ class Arm:
     def answered_between(self, ids: Sequence[str], start: float, end: float) -> int:
         with self.seen.lock:
             return sum(1 for i in ids if start <= self.seen.answers[i][0] <= end)
+
+
+@contextlib.contextmanager
+def serving(arm: Arm, workers: int = 1) -> Iterator[Arm]:
+    """``arm`` with ``workers`` workers running and its answers read, once one request
+    went through (groups joined, the feeder holds the pending partition)."""
+    stop = threading.Event()
+    reader = threading.Thread(target=read_answers, args=(arm.config, arm.seen, stop), daemon=True)
+    reader.start()
+    try:
+        with contextlib.ExitStack() as fleet:
+            for _ in range(workers):
+                fleet.enter_context(running_worker(arm.config))
+            wait_for(arm.seen, arm.submit("warm", 1), 120)
+            yield arm
+    finally:
+        stop.set()
+        reader.join(10)
 
 
 def run_arm(
@@ -108,41 +141,30 @@ def run_arm(
     every: float,
     workers: int = 1,
 ) -> dict[str, Any]:
-    arm = Arm(bootstrap, token_s, fair)
-    stop = threading.Event()
-    reader = threading.Thread(target=read_answers, args=(arm.config, arm.seen, stop), daemon=True)
-    reader.start()
-    try:
-        with contextlib.ExitStack() as fleet:
-            for _ in range(workers):
-                fleet.enter_context(running_worker(arm.config))
-            wait_for(arm.seen, arm.submit("warm", 1), 120)
-            if plan == "concurrent":
-                return _concurrent(arm, large // 4)
-            if plan == "small":
-                ids = arm.submit("small", SMALL)
-                wait_for(arm.seen, ids, 120)
-                return {"seconds": round(arm.done_at(ids) - arm.submitted["small"], 3)}
-            ids = arm.submit("large", large)
-            smalls: list[tuple[str, list[str]]] = []
-            if plan == "mixed":
-                for k in range(SMALL_BATCHES):
-                    time.sleep(every)
-                    smalls.append((f"small{k}", arm.submit(f"small{k}", SMALL)))
-            wait_for(arm.seen, ids, 1800)
-            for _, small in smalls:
-                wait_for(arm.seen, small, 600)
-            seconds = arm.done_at(ids) - arm.submitted["large"]
-            row: dict[str, Any] = {
-                "large_seconds": round(seconds, 2),
-                "large_requests_per_s": round(large / seconds, 2),
-            }
-            if plan == "mixed":
-                row["small"] = [_small(arm, name, ids) for name, ids in smalls]
-            return row
-    finally:
-        stop.set()
-        reader.join(10)
+    with serving(Arm(bootstrap, token_s, fair), workers) as arm:
+        if plan == "concurrent":
+            return _concurrent(arm, large // 4)
+        if plan == "small":
+            ids = arm.submit("small", SMALL)
+            wait_for(arm.seen, ids, 120)
+            return {"seconds": round(arm.done_at(ids) - arm.submitted["small"], 3)}
+        ids = arm.submit("large", large)
+        smalls: list[tuple[str, list[str]]] = []
+        if plan == "mixed":
+            for k in range(SMALL_BATCHES):
+                time.sleep(every)
+                smalls.append((f"small{k}", arm.submit(f"small{k}", SMALL)))
+        wait_for(arm.seen, ids, 1800)
+        for _, small in smalls:
+            wait_for(arm.seen, small, 600)
+        seconds = arm.done_at(ids) - arm.submitted["large"]
+        row: dict[str, Any] = {
+            "large_seconds": round(seconds, 2),
+            "large_requests_per_s": round(large / seconds, 2),
+        }
+        if plan == "mixed":
+            row["small"] = [_small(arm, name, ids) for name, ids in smalls]
+        return row
 
 
 def _small(arm: Arm, name: str, ids: list[str]) -> dict[str, Any]:
@@ -218,7 +240,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--large-20ms", type=int, default=PACES[0][1])
     parser.add_argument("--large-1s", type=int, default=PACES[1][1])
     parser.add_argument("--every", type=float, default=0.5, help="seconds between small batches")
+    parser.add_argument("--mixed", type=int, default=3_000, help="mixed-length batch's size")
+    parser.add_argument("--cancel-large", type=int, default=8_000, help="large batch (cancel)")
     args = parser.parse_args(argv)
+    from bench import fairness_variants as variants  # it builds on this module's arms
+
     sizes = {PACES[0][0]: args.large_20ms, PACES[1][0]: args.large_1s}
     with EmbeddedBroker() as broker:
         b = broker.bootstrap
@@ -228,6 +254,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             mode: run_arm(b, slow, mode == "fair", "alone", three, args.every, workers=3)
             for mode in ("fifo", "fair")
         }
+        mixed = variants.mixed_lengths(b, args.mixed)
+        cancelled = variants.cancel(b, args.cancel_large, args.every)
         moved = mover.run(b, 64_000)
     payload = {
         "setup": {
@@ -246,6 +274,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 fleet["fair"]["large_requests_per_s"] / fleet["fifo"]["large_requests_per_s"], 3
             ),
         },
+        "mixed_lengths": mixed,
+        "cancel": cancelled,
         "mover": moved,
     }
     write_result("fairness", payload)

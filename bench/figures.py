@@ -244,11 +244,16 @@ def _pace(r: Result, token_s: str) -> str:
 
 
 def fairness_short(r: Result) -> str:
-    three = r["three_workers"]
+    three, mixed = r["three_workers"], r["mixed_lengths"]
     return (
         f"{_pace(r, '0.02')}; {_pace(r, '1')}; three workers at 1 s a step "
-        f"**{x(three['throughput_fair_vs_fifo'])}** FIFO's requests/s; the feeder alone moves "
-        f"**{n(r['mover']['64']['requests_per_s'])} req/s** with 64 active batches"
+        f"**{x(three['throughput_fair_vs_fifo'])}** FIFO's requests/s; mixed lengths "
+        f"({mixed['long_share']:.0%} of requests {mixed['tokens']['long']} tokens, the rest "
+        f"{mixed['tokens']['short']}, in flight) **{x(mixed['throughput_fair_vs_fifo'])}** "
+        f"FIFO's requests/s; a 10-request batch after a {n(r['cancel']['doomed'])}-request "
+        f"batch was cancelled **{x(r['cancel']['small_with_vs_without'])}** its time without "
+        f"the cancel; the feeder alone moves **{n(r['mover']['64']['requests_per_s'])} "
+        "req/s** with 64 active batches"
     )
 
 
@@ -695,12 +700,16 @@ BENCHES: tuple[Bench, ...] = (
         "fairness.py",
         "fairness",
         "python -m bench.fairness",
-        "small batches arriving while a large one runs, FIFO vs fair share (issues 23, 33)",
+        "small batches arriving while a large one runs, FIFO vs fair share (issues 23, 33, 39)",
         lambda r: (
             f"one worker, echo at 20 ms and at 1 s a step, {r['setup']['small_batches']} "
             f"batches of {r['setup']['small']} every {r['setup']['every_s']} s behind "
             f"{n(r['paces']['0.02']['large'])} and {n(r['paces']['1']['large'])}; three "
-            f"workers at 1 s; the mover alone with {n(r['mover']['64']['requests'])} requests"
+            f"workers at 1 s; {n(r['mixed_lengths']['requests'])} mixed-length requests on "
+            f"the in-flight engine at 20 ms a step; {r['setup']['small_batches'] // 2} small "
+            f"batches behind {n(r['cancel']['large'])} after a "
+            f"{n(r['cancel']['doomed'])}-request cancel; the mover alone with "
+            f"{n(r['mover']['64']['requests'])} requests"
         ),
         fairness_headline,
     ),

@@ -293,21 +293,31 @@ def latency(result: Result, axes: list[Axes]) -> None:
 def fairness(result: Result, axes: list[Axes]) -> None:
     paces = result["paces"]
     step = {"0.02": "20 ms", "1": "1 s"}
+    modes = [(t, mode) for t in paces for mode in ("fifo", "fair")]
     _bars(
         axes[0],
-        [f"{mode} {step[t]}" for t in paces for mode in ("FIFO", "fair")],
-        [paces[t][f"{mode}_small_slowdown_median"] for t in paces for mode in ("fifo", "fair")],
-        "small batches behind a large one: median slowdown",
+        [*(f"{mode.replace('fifo', 'FIFO')} {step[t]}" for t, mode in modes), "after a cancel"],
+        [
+            *(paces[t][f"{mode}_small_slowdown_median"] for t, mode in modes),
+            result["cancel"]["small_with_vs_without"],
+        ],
+        "small batches: median slowdown (after a cancel: ÷ without it)",
         "time ÷ time alone",
     )
     three = result["three_workers"]
     _bars(
         axes[1],
-        [*(f"alone {step[t]}" for t in paces), *(f"four {step[t]}" for t in paces), "3 workers"],
+        [
+            *(f"alone {step[t]}" for t in paces),
+            *(f"four {step[t]}" for t in paces),
+            "3 workers",
+            "mixed lengths",
+        ],
         [
             *(paces[t]["single_batch_throughput_fair_vs_fifo"] for t in paces),
             *(paces[t]["concurrent_throughput_fair_vs_fifo"] for t in paces),
             three["throughput_fair_vs_fifo"],
+            result["mixed_lengths"]["throughput_fair_vs_fifo"],
         ],
         "fair share's requests/s ÷ FIFO's",
         "ratio",
