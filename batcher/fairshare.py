@@ -32,6 +32,9 @@ Invariants:
   slice comes with :attr:`FairShare.tag`, its key's virtual service since the key became
   active (0 for a newcomer's first slice): the feeder writes it on each record and the
   workers start what they hold lowest tag first (docs/architecture.md §10);
+* :meth:`FairShare.serve` hands one batch a slice out of turn (its deadline is at risk),
+  charged to it and its key as their own turn, the virtual time unmoved: it is paid for
+  by waiting afterwards;
 * cost per call is O(log n) in the active keys and batches (heaps with lazy deletion),
   and what is kept per batch is a few numbers, so 10,000 active batches cost kilobytes.
 
@@ -163,30 +166,43 @@ class FairShare:
             allowed = room if batch.served else room + max(0, fresh)
             if allowed < 1:
                 return None
-            ratio = min(float(MAX_SLICE_RATIO), batch.weight / min(self._weights))
-            count = min(allowed, batch.waiting, max(1, round(self.quantum * ratio)))
-            cost = count * batch.tokens
-            batch.served = True
             self._now = max(self._now, tag)
-            self.tag = self._now - owner.since
             owner.now = max(owner.now, batch.tag)
-            batch.tag = max(batch.tag, owner.now) + cost / batch.weight
-            owner.tag = max(owner.tag, self._now) + cost / owner.weight
-            batch.waiting -= count
-            heapq.heappop(owner.heap)
-            if batch.waiting:
-                batch.version = next(self._versions)
-                _push(owner.heap, batch_id, batch)
-            else:
-                self._drop(batch_id, batch)
-            if key in self._keys:
-                heapq.heappop(self._heap)
-                owner.version = next(self._versions)
-                self._push_key(key, owner)
-            if max(self._now, owner.now) > REBASE_AT:
-                self._rebase()
-            return batch_id, count
+            return batch_id, self._charge(key, owner, batch_id, batch, allowed)
         return None
+
+    def serve(self, batch_id: str, room: int) -> int:
+        """Serve up to ``room`` requests of ``batch_id`` now, out of turn (its deadline is
+        at risk), charged to it and its key as a turn of theirs would be — they wait the
+        longer afterwards; returns how many (0: not active). :attr:`tag` is the slice's.
+        The virtual time does not move: the others keep their place."""
+        batch = self._batches.get(batch_id)
+        if batch is None or room < 1:
+            return 0
+        return self._charge(batch.key, self._keys[batch.key], batch_id, batch, room)
+
+    def _charge(self, key: str, owner: _Key, batch_id: str, batch: _Batch, room: int) -> int:
+        """Hand ``batch`` a slice of at most ``room``: charge it and its key, re-queue both
+        (their old heap entries go stale), and return the slice's size."""
+        ratio = min(float(MAX_SLICE_RATIO), batch.weight / min(self._weights))
+        count = min(room, batch.waiting, max(1, round(self.quantum * ratio)))
+        cost = count * batch.tokens
+        batch.served = True
+        self.tag = max(owner.tag, self._now) - owner.since
+        batch.tag = max(batch.tag, owner.now) + cost / batch.weight
+        owner.tag = max(owner.tag, self._now) + cost / owner.weight
+        batch.waiting -= count
+        if batch.waiting:
+            batch.version = next(self._versions)
+            _push(owner.heap, batch_id, batch)
+        else:
+            self._drop(batch_id, batch)
+        if key in self._keys:
+            owner.version = next(self._versions)
+            self._push_key(key, owner)
+        if max(self._now, owner.now) > REBASE_AT:
+            self._rebase()
+        return count
 
     def waiting(self, batch_id: str) -> int:
         batch = self._batches.get(batch_id)

@@ -151,6 +151,12 @@ class Credits:
             out.append(partition)
         return out
 
+    def rate(self) -> float:
+        """Shared records the live workers read a second (each over the last second of
+        its reports): the fleet's recent pace, whose inverse is its time per request."""
+        now = self._clock()
+        return sum(w.rate() for w in self._workers.values() if now - w.seen <= STALE_S)
+
     def live(self) -> bool:
         """Whether any worker reports (a record fed beyond credit has somewhere to go)."""
         return bool(self._live())

@@ -46,6 +46,9 @@ TOKENS_HEADER = "batchpipe-tokens"
 SEALED_HEADER = "batchpipe-sealed"
 #: on the end marker, the batch's last record (no value): the number of its records
 END_HEADER = "batchpipe-end"
+#: on each record of a batch: its deadline, wall-clock seconds (the publisher's start +
+#: the completion window); a batch at risk of missing it is fed earliest deadline first
+DEADLINE_HEADER = "batchpipe-deadline"
 #: on each record the feeder shares: its key's virtual tag (newcomers first, §10); the
 #: worker starts the requests it holds lowest tag first
 TAG_HEADER = "batchpipe-tag"
@@ -110,6 +113,7 @@ class Scheduled:
     tokens: int = 1
     sealed: bool = False  # its batch ends with an end marker: held until it is read
     end: bool = False  # this record is that marker, not a request
+    deadline: float | None = None  # wall-clock seconds: when its batch's window closes
 
 
 def scheduled_as(
@@ -126,6 +130,7 @@ def scheduled_as(
     raw_key: str | bytes | None = None
     raw_weight: str | bytes | None = None
     raw_tokens: str | bytes | None = None
+    raw_deadline: str | bytes | None = None
     sealed = end = False
     pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
     for name, value_ in pairs:  # the last of each wins; the others are not decoded
@@ -141,6 +146,8 @@ def scheduled_as(
             raw_weight = value_
         elif name == TOKENS_HEADER:
             raw_tokens = value_
+        elif name == DEADLINE_HEADER:
+            raw_deadline = value_
     batch_id, key = _text(raw_batch), _text(raw_key)
     if len(batch_id) > MAX_ID_CHARS or len(key) > MAX_ID_CHARS:
         batch_id, key = "", ""
@@ -152,7 +159,8 @@ def scheduled_as(
         tokens = min(ceiling, max(floor, int(digits)))
     if not batch_id:  # the headerless kind is never held: nothing would end it
         sealed = end = False
-    return Scheduled(batch_id, weight, key, tokens, sealed, end)
+    deadline = _number(raw_deadline) if raw_deadline is not None and batch_id else None
+    return Scheduled(batch_id, weight, key, tokens, sealed, end, deadline)
 
 
 def batch_of(headers: Headers | None) -> str:
@@ -178,13 +186,18 @@ def tag_of(headers: Headers | None) -> float | None:
     for name, value in pairs:
         if name == TAG_HEADER:
             raw = value
-    if raw is None or len(raw) > MAX_NUMBER_CHARS:
+    return None if raw is None else _number(raw)
+
+
+def _number(raw: str | bytes) -> float | None:
+    """A finite number ≥ 0 of at most :data:`MAX_NUMBER_CHARS` characters, else None."""
+    if len(raw) > MAX_NUMBER_CHARS:
         return None
     try:
-        tag = float(raw)
+        number = float(raw)
     except ValueError:  # not a number (also: not UTF-8, a lone surrogate)
         return None
-    return tag if math.isfinite(tag) and tag >= 0 else None
+    return number if math.isfinite(number) and number >= 0 else None
 
 
 def with_tag(headers: Headers | None, tag: float) -> list[tuple[str, str | bytes | None]]:

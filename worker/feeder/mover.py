@@ -112,7 +112,7 @@ class Mover:
         # stopped batches: outside shares and credits; a newly active batch's first slice
         # may exceed the credit by one batch (newcomers first, §10)
         fresh = self._batch if self.credits.live() else 0
-        step = self.planner.plan(room, STEP_MAX, fresh)
+        step = self.planner.plan(room, STEP_MAX, fresh, self.credits.rate())
         if not step.slices and not step.stops and not step.abandoned:
             if self._alive_due():  # idle or full: serve still sees a feeder
                 self._producer.begin_transaction()

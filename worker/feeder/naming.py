@@ -5,18 +5,20 @@ A requests topic ``T`` has, when ``scheduling.fair`` is on, a pending topic ``T.
 ``T.feeder-state``. Publishers (``submit``, :class:`batchpipe.Client`, ``serve``) write
 every record of a batch to the pending topic with the headers the feeder schedules by,
 so that it never decodes a request: its batch id, its key (whose share it takes), its
-batch's weight and the record's estimated tokens. The feeder reads them with a bound
+batch's weight and deadline, and the record's estimated tokens. The feeder reads them with a bound
 (:mod:`worker.feeder.headers`).
 """
 
 from __future__ import annotations
 
 import math
+import time
 
 from batcher.fairshare import MAX_WEIGHT, MIN_WEIGHT
 from worker.config import KafkaConfig, LimitsConfig, producer_max_bytes
 from worker.feeder.headers import (
     BATCH_HEADER,
+    DEADLINE_HEADER,
     END_HEADER,
     KEY_HEADER,
     SEALED_HEADER,
@@ -24,6 +26,11 @@ from worker.feeder.headers import (
     WEIGHT_HEADER,
 )
 from worker.kafka import clients
+
+#: a batch's completion window: serve accepts only "24h", and status, list and collect
+#: call a batch expired 24 h after it was submitted (batchpipe.client
+#: DEFAULT_COMPLETION_WINDOW_S)
+COMPLETION_WINDOW_S = 24 * 3600.0
 
 
 def pending_topic(requests_topic: str) -> str:
@@ -59,14 +66,23 @@ def check_weight(weight: float) -> float:
 
 
 def pending_headers(
-    batch_id: str, weight: float, key: str = "", *, sealed: bool = False
+    batch_id: str,
+    weight: float,
+    key: str = "",
+    *,
+    sealed: bool = False,
+    deadline: float | None = None,
 ) -> list[tuple[str, bytes]]:
     """The headers every record of a batch carries (:func:`tokens_header` is per record);
-    ``sealed``: the batch ends with :func:`end_marker` and is held until it is read."""
+    ``sealed``: the batch ends with :func:`end_marker` and is held until it is read;
+    ``deadline`` (wall-clock seconds) defaults to now + :data:`COMPLETION_WINDOW_S`."""
+    if deadline is None:
+        deadline = time.time() + COMPLETION_WINDOW_S
     headers = [
         (BATCH_HEADER, batch_id.encode()),
         (WEIGHT_HEADER, repr(float(weight)).encode()),
         (KEY_HEADER, key.encode()),
+        (DEADLINE_HEADER, repr(float(deadline)).encode()),
     ]
     return [*headers, (SEALED_HEADER, b"1")] if sealed else headers
 

@@ -29,6 +29,7 @@ never meets them again.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from confluent_kafka import KafkaException, Message
 
 from batcher.fairshare import FairShare
 from worker.cancellations import Stop
+from worker.feeder.deadlines import EDF_SHARE, Deadlines
 from worker.feeder.headers import Charging, Scheduled, headers_of, scheduled_as
 from worker.feeder.index import PendingIndex
 from worker.feeder.readahead import FeederError, PartialRead, ReadAhead
@@ -96,6 +98,7 @@ class Planner:
         drain: Drain,
         charging: Charging,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.index = index
         self.fair = fair
@@ -107,6 +110,7 @@ class Planner:
         self._held: dict[str, _Held] = {}  # sealed batches whose end marker is not read yet
         self._ended: dict[str, None] = {}  # batches whose end marker was read (bounded)
         self._clock = clock
+        self.deadlines = Deadlines(wall)  # the batches at risk are fed first
 
     def note(self, records: Sequence[Message]) -> None:
         """Index records the scan read from the pending partition, in offset order."""
@@ -133,6 +137,8 @@ class Planner:
         """A record of ``batch_id`` joins fair share, or waits with its batch's until the
         end marker of a sealed batch is read."""
         weight = self.index.batches[batch_id].weight
+        if to.deadline is not None:
+            self.deadlines.note(batch_id, to.deadline)
         if not to.sealed or batch_id in self._ended:
             self.fair.add(batch_id, 1, weight, to.key, to.tokens)
             return
@@ -161,11 +167,13 @@ class Planner:
             if batch_id in self.index.batches:
                 self._abandon(batch_id, FeederError(f"no end marker for {HOLD_S:.0f} s"))
 
-    def plan(self, room: int, budget: int, fresh: int = 0) -> Step:
+    def plan(self, room: int, budget: int, fresh: int = 0, rate: float = 0.0) -> Step:
         """Up to ``budget`` records: stopped batches' first (outside the shares and the
-        credits), then what fair share chooses within ``room``; a batch never fed yet may
-        have its first slice beyond ``room``, by up to ``fresh`` records (newcomers first,
-        §10)."""
+        credits), then batches at risk of missing their deadline at the fleet's ``rate``
+        (requests a second, :mod:`worker.feeder.deadlines`), earliest deadline first, in
+        at most ``EDF_SHARE`` of ``room``, then what fair share chooses within the rest;
+        a batch never fed yet may have its first slice beyond ``room``, by up to
+        ``fresh`` records (newcomers first, §10)."""
         if self._held:
             self._expire()
         step = Step(stops=self._stops, abandoned=self._abandoned)
@@ -175,29 +183,42 @@ class Planner:
         left = budget - step.moved
         room = min(room, left)
         cap = self.ahead.slice_cap(len(self.fair))  # a round's slices fit the read-ahead
+        edf = math.ceil(room * EDF_SHARE)
+        risky = self.deadlines.at_risk(rate, self.fair.waiting, self.index.batches)
+        for batch_id in risky if edf > 0 else ():
+            moved = self._take(step, batch_id, self.fair.serve(batch_id, min(edf, cap)))
+            edf, room, left = edf - moved, room - moved, left - moved
+            if edf < 1:
+                break
         while left > 0:
             over = min(fresh, left - room, cap - min(room, cap))
             if (picked := self.fair.next(min(room, cap), over)) is None:
                 break
-            batch_id, count = picked
-            tag = self.fair.tag
-            try:
-                records = self.ahead.take(batch_id, count)
-            except KafkaException:
-                raise
-            except Exception as exc:
-                self.quarantine(batch_id, f"reading its records back: {_cause(exc)}")
-                records = exc.taken if isinstance(exc, PartialRead) else []
-            if not records:
-                continue
-            step.slices.append((batch_id, records))
-            step.tags.append(tag)
-            room, left = max(0, room - len(records)), left - len(records)
-            step.shared += len(records)
+            moved = self._take(step, *picked)
+            room, left = max(0, room - moved), left - moved
         step.stops.extend(self._stops)  # quarantined while planning: announced now
         step.abandoned.update(self._abandoned)
         self._stops, self._abandoned = [], {}
         return step
+
+    def _take(self, step: Step, batch_id: str, count: int) -> int:
+        """The ``count`` records of ``batch_id`` fair share just served, into ``step`` with
+        the slice's tag; returns how many (fewer when reading them back failed)."""
+        if count < 1:
+            return 0
+        tag = self.fair.tag
+        try:
+            records = self.ahead.take(batch_id, count)
+        except KafkaException:
+            raise
+        except Exception as exc:
+            self.quarantine(batch_id, f"reading its records back: {_cause(exc)}")
+            records = exc.taken if isinstance(exc, PartialRead) else []
+        if records:
+            step.slices.append((batch_id, records))
+            step.tags.append(tag)
+            step.shared += len(records)
+        return len(records)
 
     def quarantine(self, batch_id: str, cause: str) -> None:
         """``batch_id`` leaves fair share and is drained; the workers answer it 4007."""

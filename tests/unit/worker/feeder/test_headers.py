@@ -5,6 +5,7 @@ ValueError, 10**400 overflowed the fair share, tokens=1 was charged 1/700 of a r
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 import zstandard
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from batcher.fairshare import MAX_TOKENS, MAX_WEIGHT, MIN_WEIGHT
 from worker.feeder.headers import (
+    DEADLINE_HEADER,
     MAX_ID_CHARS,
     TOKENS_HEADER,
     WEIGHT_HEADER,
@@ -20,7 +22,12 @@ from worker.feeder.headers import (
     Scheduled,
     scheduled_as,
 )
-from worker.feeder.naming import check_weight, pending_headers, tokens_header
+from worker.feeder.naming import (
+    COMPLETION_WINDOW_S,
+    check_weight,
+    pending_headers,
+    tokens_header,
+)
 
 CHARGING = Charging(max_decompressed_bytes=1 << 20, max_batch_tokens=8192, default_max_tokens=256)
 VALUE = b"x" * 4000  # an uncompressed record: 4,000 bytes, 1,000 prompt tokens at most
@@ -31,8 +38,22 @@ def charged(tokens: bytes, value: bytes | None = VALUE) -> int:
 
 
 def test_the_headers_a_publisher_writes_read_back() -> None:
-    headers = [*pending_headers("batch-1", 2.5, "alice"), tokens_header(300)]
-    assert scheduled_as(headers, VALUE, CHARGING) == Scheduled("batch-1", 2.5, "alice", 300)
+    headers = [*pending_headers("batch-1", 2.5, "alice", deadline=1e9), tokens_header(300)]
+    expected = Scheduled("batch-1", 2.5, "alice", 300, deadline=1e9)
+    assert scheduled_as(headers, VALUE, CHARGING) == expected
+    before = time.time()
+    deadline = scheduled_as(pending_headers("b", 1.0)).deadline  # the completion window
+    assert deadline is not None and before + COMPLETION_WINDOW_S <= deadline
+    assert deadline <= time.time() + COMPLETION_WINDOW_S
+
+
+@pytest.mark.parametrize(
+    "raw", [b"nan", b"inf", b"-1", b"1e400", b"x", b"\xff", b"9" * 40, "\udcff"]
+)
+def test_a_bad_deadline_is_no_deadline(raw: bytes | str) -> None:
+    headers = [*pending_headers("b", 1.0), (DEADLINE_HEADER, raw)]  # the last one wins
+    assert scheduled_as(headers).deadline is None
+    assert scheduled_as([(DEADLINE_HEADER, b"5")]).deadline is None  # no batch: no deadline
 
 
 @pytest.mark.parametrize(
