@@ -30,8 +30,9 @@ Invariants:
 * *newcomers first*: a batch never served yet may be handed up to ``fresh`` more than
   ``room`` (its first slice is fed even when the workers' credit is spent), and every
   slice comes with :attr:`FairShare.tag`, its key's virtual service since the key became
-  active (0 for a newcomer's first slice): the feeder writes it on each record and the
-  workers start what they hold lowest tag first (docs/architecture.md §10);
+  active (0 for a newcomer's first slice), and :attr:`FairShare.tag_step`, what each of
+  its requests adds: the feeder writes each request's own on it and the workers start
+  what they hold lowest tag first (docs/architecture.md §10);
 * :meth:`FairShare.serve` hands one batch a slice out of turn (its deadline is at risk),
   charged to it and its key as their own turn, the virtual time unmoved: it is paid for
   by waiting afterwards;
@@ -105,8 +106,11 @@ class FairShare:
         self._versions = itertools.count()  # unique, re-added keys and batches included
         self._weights: Counter[float] = Counter()  # active batches' weights
         #: the last slice's key's virtual service since it became active, at the slice's
-        #: start (0 for a newly active key): what the workers order held requests by
+        #: start (0 for a newly active key), and what each of its requests adds to it: the
+        #: i-th request's tag is ``tag + i × tag_step``, what the workers order held
+        #: requests by (slices of equal tags then interleave request by request)
         self.tag = 0.0
+        self.tag_step = 0.0
 
     def __len__(self) -> int:
         """How many batches have requests waiting."""
@@ -189,6 +193,7 @@ class FairShare:
         cost = count * batch.tokens
         batch.served = True
         self.tag = max(owner.tag, self._now) - owner.since
+        self.tag_step = batch.tokens / owner.weight
         batch.tag = max(batch.tag, owner.now) + cost / batch.weight
         owner.tag = max(owner.tag, self._now) + cost / owner.weight
         batch.waiting -= count

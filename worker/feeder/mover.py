@@ -139,9 +139,11 @@ class Mover:
                 for m in records:
                     forward(p, self._requests, self._dead_letters, m, self._drained)
                 continue
-            tag = step.tags[i - step.drains]  # the workers start the lowest first
-            for m in records:
+            # each request its own tag, the workers start the lowest first (§10)
+            start, per = step.tags[i - step.drains]
+            for k, m in enumerate(records):
                 partition = next(places, None)
+                tag = start + k * per
                 if (
                     not forward(
                         p, self._requests, self._dead_letters, m, self._delivered, partition, tag

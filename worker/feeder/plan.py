@@ -70,8 +70,9 @@ class Step:
     against the credits), and the quarantines to announce with it."""
 
     slices: list[tuple[str, list[Message]]] = field(default_factory=list)
-    #: each shared slice's virtual tag (:attr:`FairShare.tag`), in order after the drains
-    tags: list[float] = field(default_factory=list)
+    #: each shared slice's virtual tag and what each of its requests adds to it
+    #: (:attr:`FairShare.tag`, :attr:`FairShare.tag_step`), in order after the drains
+    tags: list[tuple[float, float]] = field(default_factory=list)
     shared: int = 0
     #: how many of ``slices``, first, are stopped batches' drains (not shared)
     drains: int = 0
@@ -206,7 +207,7 @@ class Planner:
         the slice's tag; returns how many (fewer when reading them back failed)."""
         if count < 1:
             return 0
-        tag = self.fair.tag
+        tag = (self.fair.tag, self.fair.tag_step)
         try:
             records = self.ahead.take(batch_id, count)
         except KafkaException:

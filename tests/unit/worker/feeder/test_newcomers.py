@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from batcher import BatchLimits, DynamicBatcher, Pending
 from batcher.fairshare import FairShare
 from tests.unit.worker.feeder.test_quarantine import Feeder, Producer, record
 from worker.demand import Demand
@@ -23,7 +24,7 @@ from worker.feeder.headers import MAX_NUMBER_CHARS, TAG_HEADER, tag_of, with_tag
 def test_a_newly_active_batch_is_served_beyond_the_room_once() -> None:
     fair = FairShare(4)
     fair.add("large", 100, key="alice")
-    assert fair.next(4) == ("large", 4) and fair.tag == 0.0
+    assert fair.next(4) == ("large", 4) and (fair.tag, fair.tag_step) == (0.0, 1.0)
     assert fair.next(4) == ("large", 4) and fair.tag == 4.0
     assert fair.next(0, fresh=8) is None  # served before: no overdraw
     fair.add("small", 3, key="bob")
@@ -53,7 +54,8 @@ def test_the_planner_feeds_a_newcomer_when_the_credit_is_spent() -> None:
     feeder.planner.note(feeder.log.records[40:])
     step = feeder.planner.plan(0, 16, fresh=64)
     assert [(b, len(r)) for b, r in step.slices] == [("small", 1)]
-    assert step.tags == [0.0] and min(first.tags) == 0.0 and max(first.tags) > 0.0
+    assert step.tags == [(0.0, 9.0)]  # bob: no service yet; 9 tokens a request
+    assert first.tags == [(0.0, 9.0), (36.0, 9.0)]
     assert feeder.planner.plan(0, 16, fresh=64).slices == []
 
 
@@ -122,3 +124,24 @@ def test_tags_read_back() -> None:
 def test_any_header_reads_as_a_finite_tag_or_none(headers: list[tuple[str, Any]]) -> None:
     tag = tag_of(headers)
     assert tag is None or (math.isfinite(tag) and tag >= 0)
+
+
+def test_four_batches_fed_at_once_are_started_request_by_request_in_turn() -> None:
+    """Four new batches' first slices go out together (each beyond credit) with equal
+    slice tags; each request carries its own (the slice's + its place × its cost), so a
+    worker starts them in turn, not one batch after the other (bench.fairness at 1 s a
+    step: Jain's index of four batches 0.25 with one tag a slice)."""
+    records = [record(10 * k + o, f"c{k}") for k in range(4) for o in range(4)]
+    feeder = Feeder(records)
+    feeder.planner.note(records)
+    step = feeder.planner.plan(0, 64, fresh=64)
+    assert [(b, len(r)) for b, r in step.slices] == [(f"c{k}", 4) for k in range(4)]
+    worker: DynamicBatcher[None] = DynamicBatcher(BatchLimits(max_batch_size=4))
+    for (batch_id, slice_), (start, per) in zip(step.slices, step.tags, strict=True):
+        for n in range(len(slice_)):
+            tag = start + n * per
+            worker.add(Pending(f"{batch_id}.{n}", ("r", 0), 0, 1, 1, 0.0, None, tag=tag), 0.0)
+    assert [p.key for p in worker.queued()[:8]] == [
+        *(f"c{k}.0" for k in range(4)),
+        *(f"c{k}.1" for k in range(4)),
+    ]

@@ -98,7 +98,8 @@ class Fleet:
         fed: list[tuple[str, float]] = []
         while (picked := self.fair.next(room, fresh)) is not None:
             batch, count = picked
-            fed.extend((self.waiting[batch].popleft(), self.fair.tag) for _ in range(count))
+            start, per = self.fair.tag, self.fair.tag_step  # each request its own tag
+            fed.extend((self.waiting[batch].popleft(), start + k * per) for k in range(count))
             room = max(0, room - count)
         partitions = self.credits.place(len(fed), over=len(fed))
         for (custom_id, tag), partition in zip(fed, partitions, strict=True):
