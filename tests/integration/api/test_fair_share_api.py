@@ -6,16 +6,18 @@ worker and with three worker processes.
 Measured before fair share (the issue): alice's 2,000 requests completed at 19.7 s and
 bob's 10 at 20.7 s. The large batches are sized as in tests/integration/test_fair_share.py
 on a slower engine (``_TOKEN_S``): a small batch waits about two feed-to-answer times of
-the fleet's work (the feeder's depth, docs/architecture.md §10) plus the API's own fixed
-cost, whatever the large one's size.
+the fleet's work (what the workers' credits let the feeder queue, docs/architecture.md
+§10) plus the API's own fixed cost, whatever the large one's size.
 
 Issue 33's scenario, with the defaults (fair share now on by default): bob's 10 requests
 0.5 s after alice's 2,000, echo at 30 ms a token. Measured before issue 33: 3.1 s against
-11.8 s (26 %); after, in two runs: 1.71 s against 8.80 s (19 %) and 1.10 s against
-9.10 s (12 %). The issue's goal of 15 % is met only sometimes: bob's time is mostly the
+11.8 s (26 %); with issue 33's depth limit 12-22 %. Issue 39 (credits from the workers,
+newcomers first) makes the issue's goal the bound: within 15 %. Bob's time is mostly the
 API's own fixed cost (upload, create, the lifecycle's publish and poll, assembling the
-output; the issue measured 1.9 s with fair share off), so the test holds the bound it
-always met, with room on a loaded machine: within 25 %.
+output; the issue measured 1.9 s with fair share off). Five runs in a row under the heavy
+lock with the bound at 15 % (main 8a5187f): bob 1.13 s / alice 8.78 s (12.9 %), 0.88 / 8.47
+(10.4 %), 1.00 / 8.75 (11.4 %), 0.82 / 9.39 (8.7 %), 1.02 / 8.71 (11.7 %); five before on
+66c12b0 at 8.9-13.6 %.
 """
 
 from __future__ import annotations
@@ -150,7 +152,7 @@ def test_bob_is_not_behind_alice_with_three_workers(
         _race(config, sdk(server), sdk(server, "sk-bob"), tmp_path, 24_000, timeout_s=400)
 
 
-def test_bob_within_a_quarter_of_alice_with_the_defaults(
+def test_bob_within_15_percent_of_alice_with_the_defaults(
     api_config: Config, serve: Serve, tmp_path: Path
 ) -> None:
     config = replace(
@@ -161,7 +163,7 @@ def test_bob_within_a_quarter_of_alice_with_the_defaults(
     assert config.scheduling.fair  # the default, as a new user gets it
     with serve(config) as server, running_worker(config):
         _race(
-            config, sdk(server), sdk(server, "sk-bob"), tmp_path, 2_000, timeout_s=300, share=0.25
+            config, sdk(server), sdk(server, "sk-bob"), tmp_path, 2_000, timeout_s=300, share=0.15
         )
 
 
