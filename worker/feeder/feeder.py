@@ -23,7 +23,7 @@ from worker.config import Config
 from worker.feeder.metrics import FeederMetrics
 from worker.feeder.mover import Mover
 from worker.feeder.naming import ensure_pending, pending_topic, state_topic
-from worker.feeder.readahead import FeederError
+from worker.feeder.sweep import FeederError
 from worker.kafka import clients
 from worker.kafka.consumer import KafkaConsumer
 

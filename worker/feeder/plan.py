@@ -41,8 +41,9 @@ from worker.cancellations import Stop
 from worker.feeder.deadlines import EDF_SHARE, Deadlines
 from worker.feeder.headers import Charging, Scheduled, headers_of, scheduled_as
 from worker.feeder.index import PendingIndex
-from worker.feeder.readahead import FeederError, PartialRead, ReadAhead
+from worker.feeder.readahead import PartialRead, ReadAhead
 from worker.feeder.stops import Drain
+from worker.feeder.sweep import FeederError
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from tests.unit.worker.fakes import FakeClients, FakeControl, FakeMessage, Gated
 from tests.unit.worker.rig import P0, loop_config, rig
 from worker.cancellations import Cancellations, Stop
 from worker.errors import ErrorCode
-from worker.feeder import readahead
+from worker.feeder import readahead, sweep
 from worker.feeder.forward import forward
 from worker.feeder.headers import Charging
 from worker.feeder.index import PendingIndex
@@ -164,7 +164,7 @@ def test_a_batch_whose_records_are_gone_is_quarantined_then_abandoned(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(readahead, "READ_AHEAD", 2)  # its records are read back, not kept
-    monkeypatch.setattr(readahead, "READ_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(sweep, "READ_TIMEOUT_S", 0.05)
     layout = ["gone"] * 4 + ["other"] * 4
     records = [record(o, b) for o, b in enumerate(layout)]
     feeder = Feeder(records)
