@@ -16,16 +16,21 @@ from operator import attrgetter
 from batcher import Pending, prefix_key_of
 from worker.config import BatchingConfig, GenerationConfig
 from worker.engines.base import Engine, EngineInput, ResolvedSampling
-from worker.engines.support import refusal
+from worker.engines.support import refused_field, unsupported
 from worker.errors import ErrorCode, RequestError
 from worker.feeder.headers import tag_of
 from worker.jobs import Identity, Job, Source, failed
 from worker.wire.batchline import URLS
 from worker.wire.codec import CodecLimits, Headers, decode_request
-from worker.wire.messages import Endpoint, InferenceRequest, InferenceResult
+from worker.wire.messages import Endpoint, InferenceRequest, InferenceResult, SamplingParams
 from worker.wire.responses import named_for_responses
 
 _URL_OF: dict[Endpoint, str] = {endpoint: url for url, endpoint in URLS.items()}
+#: an embeddings request's settings, shared: it generates nothing and asks for no field
+_PROMPT_ONLY = ResolvedSampling.prompt_only()
+#: distinct request settings kept resolved; past it the table starts again (a bound on what
+#: requests that each set something different can make it hold)
+RESOLVED_KEPT = 256
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,11 @@ class Intake:
         self._batching = batching
         self._generation = generation
         self._limits = limits
+        #: (sampling, enable_thinking) -> its resolved settings and the field the engine
+        #: refuses: most requests of a batch ask for the same, resolved and checked once
+        self._resolved: dict[
+            tuple[SamplingParams, bool | None], tuple[ResolvedSampling, str | None]
+        ] = {}
 
     def take(
         self, source: Source, value: bytes | None, headers: Headers | None, now: float
@@ -120,15 +130,7 @@ class Intake:
                 f"deadline passed {wall - request.deadline:.3f}s before the request ran",
                 request.custom_id,
             )
-        if request.endpoint == "embeddings":
-            sampling = ResolvedSampling.prompt_only()
-        else:
-            sampling = ResolvedSampling.resolve(
-                request.sampling, request.enable_thinking, self._generation
-            )
-            refused = refusal(self._engine, sampling, request.custom_id)
-            if refused is not None:
-                raise refused
+        sampling = _PROMPT_ONLY if request.endpoint == "embeddings" else self._resolve(request)
         if (request.enable_thinking is True) != sampling.enable_thinking:
             # the chat template renders it; unset reads as off (as the engines read it), so
             # only a configured True makes a copy
@@ -169,6 +171,24 @@ class Intake:
             else None,
             tag=tag,  # the feeder's, bounded: newcomers first (§10)
         )
+
+    def _resolve(self, request: InferenceRequest) -> ResolvedSampling:
+        """``request``'s settings, resolved (:meth:`ResolvedSampling.resolve`) and checked
+        against the engine (4002) once per distinct setting; a seed the request did not fix
+        is still drawn for each request."""
+        key = (request.sampling, request.enable_thinking)
+        known = self._resolved.get(key)
+        if known is None:
+            resolved = ResolvedSampling.resolve(*key, self._generation)  # draws the seed
+            known = (resolved, refused_field(self._engine, resolved))
+            if len(self._resolved) >= RESOLVED_KEPT:
+                self._resolved.clear()
+            self._resolved[key] = known
+        else:
+            resolved = known[0].for_another()
+        if known[1] is not None:
+            raise unsupported(self._engine, known[1], request.custom_id)
+        return resolved
 
     def _tokens(
         self, request: InferenceRequest

@@ -173,6 +173,18 @@ class ResolvedSampling:
             enable_thinking=False,
         )
 
+    def for_another(self) -> ResolvedSampling:
+        """The same settings for another request that asked for the same: a seed the
+        request did not fix is drawn anew, as :meth:`resolve` draws it (one draw per
+        unseeded request, in order). Admission resolves each distinct request setting once
+        and takes it from here (issue 42)."""
+        if self.seeded:
+            return self  # frozen: every field is the same, the seed included
+        copy = object.__new__(ResolvedSampling)
+        copy.__dict__.update(self.__dict__)  # what the frozen __init__ sets, field by field
+        object.__setattr__(copy, "seed", _SEEDS.getrandbits(63))
+        return copy
+
     def choice_seed(self, index: int) -> int:
         """The seed of choice ``index`` (``seed + index``, kept within 63 bits)."""
         return (self.seed + index) % 2**63

@@ -45,14 +45,23 @@ def support(field: BodyField, engine: type[Engine]) -> str:
 
 def refusal(engine: Engine, sampling: ResolvedSampling, custom_id: str) -> RequestError | None:
     """The 4002 for the first field ``sampling`` asks for that ``engine`` cannot honour."""
-    refused = sorted(sampling.asks_for - engine.honours - engine.inert)
-    if not refused:
-        return None
+    field = refused_field(engine, sampling)
+    return None if field is None else unsupported(engine, field, custom_id)
+
+
+def refused_field(engine: Engine, sampling: ResolvedSampling) -> str | None:
+    """The first field (by name) ``sampling`` asks for that ``engine`` cannot honour."""
+    refused = sampling.asks_for - engine.honours - engine.inert
+    return min(refused) if refused else None
+
+
+def unsupported(engine: Engine, field: str, custom_id: str) -> RequestError:
+    """The 4002 for a request asking ``engine`` for ``field``, which it does not honour."""
     return RequestError(
         ErrorCode.INVALID_PARAMETER,
-        f"{refused[0]} is not supported by the {type(engine).__name__} engine of this worker",
+        f"{field} is not supported by the {type(engine).__name__} engine of this worker",
         custom_id,
-        param=refused[0],
+        param=field,
     )
 
 

@@ -305,7 +305,7 @@ def _request_from_pb(msg: pb.InferenceRequest) -> InferenceRequest:
         else (),
         prompt=msg.prompt if which == "prompt" else None,
         prompt_token_ids=tuple(msg.prompt_token_ids.ids) if which == "prompt_token_ids" else (),
-        sampling=_UNSET_SAMPLING if sampling is None else _sampling_from_pb(sampling),
+        sampling=_UNSET_SAMPLING if sampling is None else _sampling_of(sampling),
         enable_thinking=top.get("enable_thinking"),
         metadata=_NO_METADATA if metadata is None else MappingProxyType(dict(metadata)),
         priority=top.get("priority", 0),
@@ -324,6 +324,27 @@ def _request_from_pb(msg: pb.InferenceRequest) -> InferenceRequest:
             param="endpoint",
         )
     return req
+
+
+#: decoded settings by their message's bytes: most requests of a batch ask for the same, so
+#: each is read once (and is one object, which admission's table of resolved settings finds
+#: by identity); a message over :data:`_SAMPLING_KEY_BYTES` (a long schema) is not kept
+_SAMPLINGS: dict[bytes, SamplingParams] = {}
+_SAMPLINGS_KEPT = 256
+_SAMPLING_KEY_BYTES = 1024
+
+
+def _sampling_of(msg: pb.SamplingParams) -> SamplingParams:
+    """``msg`` decoded; the same bytes give the same (shared, frozen) value."""
+    key = msg.SerializeToString()  # parsing these bytes gives msg again: same key, same value
+    known = _SAMPLINGS.get(key)
+    if known is None:
+        known = _sampling_from_pb(msg)
+        if len(key) <= _SAMPLING_KEY_BYTES:
+            if len(_SAMPLINGS) >= _SAMPLINGS_KEPT:
+                _SAMPLINGS.clear()
+            _SAMPLINGS[key] = known
+    return known
 
 
 def _sampling_from_pb(msg: pb.SamplingParams) -> SamplingParams:

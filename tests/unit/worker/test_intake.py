@@ -109,3 +109,65 @@ def test_every_resolved_setting_is_in_the_dedup_key() -> None:
     base = _dedup_key((1, 2), greedy)
     for name, value in changed.items():
         assert _dedup_key((1, 2), replace(greedy, **{name: value})) != base, name
+
+
+def _take_all(intake: Intake, requests: list[InferenceRequest]) -> list[Any]:
+    return [
+        intake.take(Source("requests", 0, next(offsets)), *encode_request(r), 0.0) for r in requests
+    ]
+
+
+def test_settings_resolved_once_per_setting_give_what_resolving_each_request_gives(
+    monkeypatch: Any,
+) -> None:
+    """Admission resolves each distinct setting once (issue 42): every request still gets
+    its own drawn seed, in the order resolving each request would have drawn them."""
+    import random
+
+    from worker.engines import base
+
+    engine = EchoEngine()
+    intake = Intake(engine, Identity("w", engine.model_name), BatchingConfig(), DEFAULTS, LIMITS)
+    asked = [ask(f"q{i}", **s) for i in range(4) for s in ({}, {"seed": 7}, {"max_tokens": 3})]
+    monkeypatch.setattr(base, "_SEEDS", random.Random(42))
+    got = [o.payload.engine_input.sampling for o in _take_all(intake, asked)]
+    monkeypatch.setattr(base, "_SEEDS", random.Random(42))
+    each = [ResolvedSampling.resolve(r.sampling, r.enable_thinking, DEFAULTS) for r in asked]
+    assert got == each
+    unseeded = [s.seed for s, r in zip(got, asked, strict=True) if r.sampling.seed is None]
+    assert len(set(unseeded)) == len(unseeded) == 8
+    # a seeded setting is one object, shared
+    assert len({id(s) for s, r in zip(got, asked, strict=True) if r.sampling.seed == 7}) == 1
+
+
+class StrictEcho(EchoEngine):
+    """An engine that honours no sampling field."""
+
+    honours = frozenset()
+    inert = frozenset()
+
+
+def test_a_refused_setting_is_refused_for_every_request_under_its_own_custom_id() -> None:
+    engine = StrictEcho()
+    intake = Intake(engine, Identity("w", engine.model_name), BatchingConfig(), DEFAULTS, LIMITS)
+    asked = [ask(f"q{i}", top_k=3, stop=("x",)) for i in range(3)] + [ask("ok", temperature=0.0)]
+    outcomes = _take_all(intake, asked)
+    for request, outcome in zip(asked[:3], outcomes, strict=False):
+        error = outcome.result.error
+        assert outcome.result.custom_id == request.custom_id
+        assert (error.code, error.param) == (4002, "stop")  # the first by name, as before
+        assert error.message == "stop is not supported by the StrictEcho engine of this worker"
+    assert isinstance(outcomes[3], Pending)
+
+
+def test_the_table_of_resolved_settings_is_bounded() -> None:
+    from worker.intake import RESOLVED_KEPT
+
+    engine = EchoEngine()
+    intake = Intake(engine, Identity("w", engine.model_name), BatchingConfig(), DEFAULTS, LIMITS)
+    asked = [ask(max_tokens=1 + i) for i in range(RESOLVED_KEPT + 10)]
+    outcomes = _take_all(intake, asked)
+    assert [o.payload.engine_input.sampling.max_tokens for o in outcomes] == [
+        1 + i for i in range(RESOLVED_KEPT + 10)
+    ]
+    assert len(intake._resolved) <= RESOLVED_KEPT

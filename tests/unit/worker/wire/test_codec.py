@@ -385,3 +385,30 @@ def test_result_decoding_rejects_inconsistent_results() -> None:
         decode_result(*encode_request(make_request()))
     with pytest.raises(RequestError):
         decode_result(b'{"custom_id": "r"}', JSON_HEADERS)
+
+
+def _decoded_sampling(sampling: SamplingParams, custom_id: str = "c") -> SamplingParams:
+    request = InferenceRequest(custom_id, messages=(ChatMessage("user", "hi"),), sampling=sampling)
+    return decode_request(*encode_request(request), LIMITS).sampling
+
+
+def test_requests_asking_for_the_same_settings_share_one_decoded_value() -> None:
+    """Settings are decoded once per distinct message (issue 42): equal bytes, one value."""
+    a = _decoded_sampling(SamplingParams(max_tokens=64, stop=("x",)), "a")
+    b = _decoded_sampling(SamplingParams(max_tokens=64, stop=("x",)), "b")
+    other = _decoded_sampling(SamplingParams(max_tokens=65, stop=("x",)))
+    assert a is b and a == SamplingParams(max_tokens=64, stop=("x",))
+    assert other == SamplingParams(max_tokens=65, stop=("x",))
+
+
+def test_the_shared_settings_are_bounded_and_a_long_schema_is_not_kept() -> None:
+    from worker.wire import codec
+
+    for i in range(codec._SAMPLINGS_KEPT + 5):
+        assert _decoded_sampling(SamplingParams(max_tokens=1 + i)).max_tokens == 1 + i
+    assert len(codec._SAMPLINGS) <= codec._SAMPLINGS_KEPT
+    schema = json.dumps({"type": "object", "description": "x" * 2000})
+    fmt = ResponseFormat("json_schema", schema, "big")
+    long = _decoded_sampling(SamplingParams(response_format=fmt))
+    assert long.response_format == fmt
+    assert _decoded_sampling(SamplingParams(response_format=fmt)) is not long
