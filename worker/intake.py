@@ -136,6 +136,7 @@ class Intake:
             # only a configured True makes a copy
             request = replace(request, enable_thinking=sampling.enable_thinking)
         token_ids, inputs = self._tokens(request)
+        ref = source.ref
         # n choices are n sequences: each holds the prompt and up to max_tokens
         total = (len(token_ids) + sampling.max_tokens) * sampling.n
         if total > self._batching.max_batch_tokens:
@@ -148,13 +149,13 @@ class Intake:
             )
         job = Job(
             request=request,
-            engine_input=EngineInput(source.ref, token_ids, sampling, inputs),
+            engine_input=EngineInput(ref, token_ids, sampling, inputs),
             source=source,
             admitted_at=now,
             admitted_wall=wall,
         )
         return Pending(
-            key=source.ref,
+            key=ref,
             partition=(source.topic, source.partition),
             offset=source.offset,
             prompt_tokens=len(token_ids) * sampling.n,

@@ -246,6 +246,7 @@ class Worker:
         if self._demand is not None:
             self._demand.step(now, self._consumer, self._read_to, self.admission, len(self._held))
         self._summary.maybe_log(now, self.metrics.snapshot)
+        self.outbox.add_stages()
         self.metrics.flush()  # what this step's answers and stages added, once
 
     def _drain(self) -> None:
@@ -284,6 +285,8 @@ class Worker:
         if self._engine_stage is not None:
             self._engine_stage.stop()
         self.engine.close()
+        if self._outbox is not None:
+            self._outbox.add_stages()
         self.metrics.flush()  # answers the final commit or delivery counted
         self.server.stop()
 

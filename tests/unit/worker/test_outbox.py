@@ -48,3 +48,31 @@ def test_a_result_whose_custom_id_utf8_cannot_encode_goes_out_escaped_key_and_va
     [(key, value)] = producer.sent
     assert key == b"a\\ud800"
     assert decode_result(value, None).custom_id == "a\\ud800"
+
+
+def test_encode_and_produce_time_reach_the_stage_counters_when_the_step_adds_them() -> None:
+    """The outbox sums its stages and hands them over once per step (issue 42)."""
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    metrics = WorkerMetrics(
+        model="m", engine="echo", version="0", prefetch_limit=4, registry=registry
+    )
+    producer = Producer()
+    outbox = Outbox(
+        KafkaConfig(), cast(Publisher, producer), Ledger(4), metrics, Identity("w", "m")
+    )
+
+    def seconds(stage: str) -> float:
+        metrics.flush()
+        return registry.get_sample_value("batchpipe_stage_seconds_total", {"stage": stage}) or 0.0
+
+    for i in range(3):
+        outbox.result(InferenceResult(custom_id=f"c{i}"), Source("requests", 0, i))
+    assert len(producer.sent) == 3
+    assert seconds("encode") == seconds("produce") == 0  # not handed over yet
+    outbox.add_stages()
+    encode, produce = seconds("encode"), seconds("produce")
+    assert encode > 0 and produce > 0
+    outbox.add_stages()  # nothing new: nothing added
+    assert (seconds("encode"), seconds("produce")) == (encode, produce)
