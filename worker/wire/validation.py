@@ -262,6 +262,31 @@ def validate_request(req: InferenceRequest, *, utf8: bool = False) -> None:
         _check_text(req)
     _check_input(req)
     s = req.sampling
+    if _CHECKED.get(id(s)) is not s:
+        _check_sampling(req, s)
+        if len(_CHECKED) >= _CHECKED_KEPT:
+            _CHECKED.clear()
+        _CHECKED[id(s)] = s  # held here, so its id names no other object while kept
+    _check_output_options(req)
+    _check_embeddings(req)
+    _check_responses(req)
+    _check_int(req, "batch_total", req.batch_total, 0, INT32_MAX)
+    _check_int(req, "priority", req.priority, -INT32_MAX - 1, INT32_MAX)
+    for name, when in (("deadline", req.deadline), ("submitted_at", req.submitted_at)):
+        if when is not None and not (math.isfinite(when) and when >= 0):
+            raise _invalid(req, f"{name} must be unix seconds (a finite number >= 0)")
+
+
+#: sampling settings whose values passed :func:`_check_sampling`, by id (each held here,
+#: so its id is its own): the codec hands requests that ask for the same settings one
+#: shared value, checked once (issue 42); an equal value that is another object is
+#: checked anew
+_CHECKED: dict[int, SamplingParams] = {}
+_CHECKED_KEPT = 256
+
+
+def _check_sampling(req: InferenceRequest, s: SamplingParams) -> None:
+    """The ranges of ``s``'s values (4002 naming the field): they depend on ``s`` alone."""
     _check_int(req, "max_tokens", s.max_tokens, 1, INT32_MAX)
     _check_float(req, "temperature", s.temperature, 0.0, 2.0)
     _check_float(req, "top_p", s.top_p, 0.0, 1.0, low_open=True)
@@ -272,11 +297,3 @@ def validate_request(req: InferenceRequest, *, utf8: bool = False) -> None:
     _check_float(req, "repetition_penalty", s.repetition_penalty, 0.0, math.inf, low_open=True)
     if len(s.stop) > MAX_STOP or any(not stop for stop in s.stop):
         raise _invalid(req, f"stop must hold at most {MAX_STOP} non-empty strings", "stop")
-    _check_output_options(req)
-    _check_embeddings(req)
-    _check_responses(req)
-    _check_int(req, "batch_total", req.batch_total, 0, INT32_MAX)
-    _check_int(req, "priority", req.priority, -INT32_MAX - 1, INT32_MAX)
-    for name, when in (("deadline", req.deadline), ("submitted_at", req.submitted_at)):
-        if when is not None and not (math.isfinite(when) and when >= 0):
-            raise _invalid(req, f"{name} must be unix seconds (a finite number >= 0)")

@@ -412,3 +412,32 @@ def test_the_shared_settings_are_bounded_and_a_long_schema_is_not_kept() -> None
     long = _decoded_sampling(SamplingParams(response_format=fmt))
     assert long.response_format == fmt
     assert _decoded_sampling(SamplingParams(response_format=fmt)) is not long
+
+
+def test_shared_settings_are_range_checked_once_and_bad_ones_every_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """validate_request checks a settings value it has passed before (the same object, as
+    the codec shares it) only once; a value out of range fails every request."""
+    from worker.wire import validation
+
+    checked: list[SamplingParams] = []
+    check = validation._check_sampling
+
+    def counting(req: InferenceRequest, s: SamplingParams) -> None:
+        checked.append(s)
+        check(req, s)
+
+    monkeypatch.setattr(validation, "_check_sampling", counting)
+    good = SamplingParams(max_tokens=7, top_k=5)
+    bad = SamplingParams(max_tokens=7, top_p=0.0)
+    for i in range(3):
+        validation.validate_request(InferenceRequest(f"c{i}", prompt="p", sampling=good))
+        with pytest.raises(RequestError) as caught:
+            validation.validate_request(InferenceRequest(f"b{i}", prompt="p", sampling=bad))
+        assert (caught.value.param, caught.value.custom_id) == ("top_p", f"b{i}")
+    equal = SamplingParams(max_tokens=7, top_k=5)  # another object: checked again
+    validation.validate_request(InferenceRequest("e", prompt="p", sampling=equal))
+    assert [s is good for s in checked].count(True) == 1
+    assert [s is bad for s in checked].count(True) == 3
+    assert any(s is equal for s in checked)
