@@ -14,8 +14,8 @@ each pace in one run of:
    take the pipeline's latency, whatever the share);
 4. **concurrent**, FIFO and fair: four batches of ``--large``/4 requests submitted
    together; Jain's fairness index of the requests each got answered while all four were
-   active (1.0: equal shares; 0.25: one batch got everything), and their total
-   requests/s, fair against FIFO.
+   active (1.0: equal shares; 0.25: one batch got everything), each batch's first and
+   last answer, and their total requests/s, fair against FIFO.
 
 Then, at 1 s a step, the large batch alone on **three workers**, FIFO and fair; the
 **mixed-length** batch on the in-flight engine and the small batches after a **cancel**
@@ -195,6 +195,11 @@ def _concurrent(arm: Arm, each: int) -> dict[str, Any]:
         "window_s": round(end - start, 2),
         "answered_in_window": shares,
         "jain": round(jain(shares), 3) if end > start else 0.25,
+        # per batch, its first and last answer after the submit: which one went first
+        "first_last_s": [
+            [round(first - started, 2), round(arm.done_at(ids) - started, 2)]
+            for first, ids in zip(firsts, batches, strict=True)
+        ],
     }
 
 
