@@ -22,7 +22,13 @@ from worker.feeder.headers import tag_of
 from worker.jobs import Identity, Job, Source, failed
 from worker.wire.batchline import URLS
 from worker.wire.codec import CodecLimits, Headers, decode_request
-from worker.wire.messages import Endpoint, InferenceRequest, InferenceResult, SamplingParams
+from worker.wire.messages import (
+    Endpoint,
+    InferenceRequest,
+    InferenceResult,
+    SamplingParams,
+    keeps,
+)
 from worker.wire.responses import named_for_responses
 
 _URL_OF: dict[Endpoint, str] = {endpoint: url for url, endpoint in URLS.items()}
@@ -175,16 +181,18 @@ class Intake:
 
     def _resolve(self, request: InferenceRequest) -> ResolvedSampling:
         """``request``'s settings, resolved (:meth:`ResolvedSampling.resolve`) and checked
-        against the engine (4002) once per distinct setting; a seed the request did not fix
-        is still drawn for each request."""
+        against the engine (4002) once per distinct small setting (:func:`keeps`); a seed
+        the request did not fix is still drawn for each request."""
         key = (request.sampling, request.enable_thinking)
-        known = self._resolved.get(key)
+        kept = keeps(request.sampling)  # a long schema or stop is not kept after its answer
+        known = self._resolved.get(key) if kept else None
         if known is None:
             resolved = ResolvedSampling.resolve(*key, self._generation)  # draws the seed
             known = (resolved, refused_field(self._engine, resolved))
-            if len(self._resolved) >= RESOLVED_KEPT:
-                self._resolved.clear()
-            self._resolved[key] = known
+            if kept:
+                if len(self._resolved) >= RESOLVED_KEPT:
+                    self._resolved.clear()
+                self._resolved[key] = known
         else:
             resolved = known[0].for_another()
         if known[1] is not None:

@@ -4,8 +4,8 @@ The field table (:mod:`worker.wire.fields`) says how each body field is treated;
 engine class says which ``engine`` fields it applies (``Engine.honours``) and which cannot
 change its answer (``Engine.inert``). From the two:
 
-* :func:`refusal` is the 4002 the worker answers at admission when a request asks for a
-  field its engine does not honour;
+* :func:`refused_field` and :func:`unsupported` give the 4002 the worker answers at
+  admission when a request asks for a field its engine does not honour;
 * :func:`markdown` renders the tables of ``docs/fields.md`` (each field × each engine,
   for the generation endpoints — chat, completions, responses — and for
   ``/v1/embeddings``).
@@ -41,12 +41,6 @@ def support(field: BodyField, engine: type[Engine]) -> str:
     if field.treatment == "honoured" or field.engine_name in engine.honours:
         return "honoured"
     return "no effect" if field.engine_name in engine.inert else "refused"
-
-
-def refusal(engine: Engine, sampling: ResolvedSampling, custom_id: str) -> RequestError | None:
-    """The 4002 for the first field ``sampling`` asks for that ``engine`` cannot honour."""
-    field = refused_field(engine, sampling)
-    return None if field is None else unsupported(engine, field, custom_id)
 
 
 def refused_field(engine: Engine, sampling: ResolvedSampling) -> str | None:

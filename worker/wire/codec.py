@@ -27,6 +27,7 @@ from worker.wire._generated.batchpipe.v1 import inference_pb2 as pb
 from worker.wire.batchline import parse_line
 from worker.wire.compression import ZSTD_MAGIC, compress, inflate
 from worker.wire.messages import (
+    SETTINGS_KEPT_BYTES,
     ChatMessage,
     Choice,
     EncodingFormat,
@@ -146,11 +147,12 @@ def _payload(value: bytes | None, encoding: str | None, limits: CodecLimits) -> 
 def _is_json(payload: bytes, content_type: str | None, message_type: str) -> bool:
     if content_type is None:
         return payload.lstrip()[:1] == b"{"
+    if len(content_type) > _MEDIA_KEPT_CHARS:  # a tenant's long header: read, not kept
+        return _media_is_json(content_type, message_type)
     return _json_media(content_type, message_type)
 
 
-@functools.lru_cache(maxsize=64)  # the same few content-types on every record
-def _json_media(content_type: str, message_type: str) -> bool:
+def _media_is_json(content_type: str, message_type: str) -> bool:
     media, *params = (part.strip() for part in content_type.split(";"))
     media = media.lower()
     named = {
@@ -164,6 +166,13 @@ def _json_media(content_type: str, message_type: str) -> bool:
         f"unsupported content-type {content_type!r}; use {JSON_CONTENT_TYPE!r} "
         f"or 'application/x-protobuf; type={message_type}'"
     )
+
+
+#: the most characters of a content-type :func:`_json_media` keeps: a valid one can carry
+#: parameters of any length, and the cache would keep them after their records are answered
+_MEDIA_KEPT_CHARS = 256
+#: :func:`_media_is_json` of the same few content-types on every record, read once
+_json_media = functools.lru_cache(maxsize=64)(_media_is_json)
 
 
 def _set_fields(msg: Message) -> dict[str, Any]:
@@ -328,10 +337,9 @@ def _request_from_pb(msg: pb.InferenceRequest) -> InferenceRequest:
 
 #: decoded settings by their message's bytes: most requests of a batch ask for the same, so
 #: each is read once (and is one object, which admission's table of resolved settings finds
-#: by identity); a message over :data:`_SAMPLING_KEY_BYTES` (a long schema) is not kept
+#: by identity); a message over :data:`SETTINGS_KEPT_BYTES` (a long schema) is not kept
 _SAMPLINGS: dict[bytes, SamplingParams] = {}
 _SAMPLINGS_KEPT = 256
-_SAMPLING_KEY_BYTES = 1024
 
 
 def _sampling_of(msg: pb.SamplingParams) -> SamplingParams:
@@ -340,7 +348,7 @@ def _sampling_of(msg: pb.SamplingParams) -> SamplingParams:
     known = _SAMPLINGS.get(key)
     if known is None:
         known = _sampling_from_pb(msg)
-        if len(key) <= _SAMPLING_KEY_BYTES:
+        if len(key) <= SETTINGS_KEPT_BYTES:
             if len(_SAMPLINGS) >= _SAMPLINGS_KEPT:
                 _SAMPLINGS.clear()
             _SAMPLINGS[key] = known
@@ -421,7 +429,7 @@ def decode_request(
     try:
         # parsing found every string field valid UTF-8 (a lone surrogate is not): a
         # DecodeError above, so no string here can hold one
-        validate_request(req, utf8=True)
+        validate_request(req, utf8=True, shared=True)  # settings: _sampling_of's
     except RequestError as exc:
         raise exc.in_batch(*batch) from exc
     return req

@@ -90,6 +90,21 @@ class SamplingParams:
     response_format: ResponseFormat = ResponseFormat()
 
 
+#: the most bytes (of the protobuf message) or characters (of a schema and stop strings)
+#: that settings may have and still be kept in a table shared by the requests asking for
+#: the same: a tenant can make each value megabytes, and a table keeps values after their
+#: requests are answered
+SETTINGS_KEPT_BYTES = 1024
+
+
+def keeps(sampling: SamplingParams) -> bool:
+    """Whether ``sampling`` is small enough to keep (:data:`SETTINGS_KEPT_BYTES`): only its
+    schema and stop strings can be long."""
+    fmt = sampling.response_format
+    size = len(fmt.schema) + len(fmt.name) + sum(map(len, sampling.stop))
+    return size <= SETTINGS_KEPT_BYTES
+
+
 @dataclass(frozen=True)
 class InferenceRequest:
     """One request. Exactly one of ``messages``, ``prompt``, ``prompt_token_ids`` or

@@ -19,7 +19,7 @@ from dataclasses import fields
 import jsonschema
 
 from worker.errors import ErrorCode, RequestError
-from worker.wire.messages import InferenceRequest, SamplingParams
+from worker.wire.messages import InferenceRequest, SamplingParams, keeps
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 #: the roles of a /v1/responses input message
@@ -240,12 +240,16 @@ def schema_problem(text: str) -> str:
     return ""
 
 
-def validate_request(req: InferenceRequest, *, utf8: bool = False) -> None:
+def validate_request(req: InferenceRequest, *, utf8: bool = False, shared: bool = False) -> None:
     """Raise :class:`RequestError` unless every value of ``req`` is acceptable.
 
     ``utf8``: every string of ``req`` was decoded from bytes already found to be valid
     UTF-8 (protobuf refuses a string field that is not while parsing), so none holds a
     lone surrogate and the search for one is skipped.
+
+    ``shared``: ``req.sampling`` may be a value the codec hands to every request asking
+    for the same settings, so its check is remembered (if small: :func:`keeps`); a value
+    made for one request (a JSON line's) never recurs, and is checked without being kept.
 
     4001 for a missing ``custom_id`` (without ``custom_id`` set on the error, since
     there is none to answer to); 4001 for text that UTF-8 cannot encode, naming the field
@@ -264,9 +268,10 @@ def validate_request(req: InferenceRequest, *, utf8: bool = False) -> None:
     s = req.sampling
     if _CHECKED.get(id(s)) is not s:
         _check_sampling(req, s)
-        if len(_CHECKED) >= _CHECKED_KEPT:
-            _CHECKED.clear()
-        _CHECKED[id(s)] = s  # held here, so its id names no other object while kept
+        if shared and keeps(s):
+            if len(_CHECKED) >= _CHECKED_KEPT:
+                _CHECKED.clear()
+            _CHECKED[id(s)] = s  # held here, so its id names no other object while kept
     _check_output_options(req)
     _check_embeddings(req)
     _check_responses(req)
@@ -280,7 +285,7 @@ def validate_request(req: InferenceRequest, *, utf8: bool = False) -> None:
 #: sampling settings whose values passed :func:`_check_sampling`, by id (each held here,
 #: so its id is its own): the codec hands requests that ask for the same settings one
 #: shared value, checked once (issue 42); an equal value that is another object is
-#: checked anew
+#: checked anew. Only shared, small values are kept (``validate_request``'s ``shared``)
 _CHECKED: dict[int, SamplingParams] = {}
 _CHECKED_KEPT = 256
 

@@ -21,7 +21,7 @@ from tests.unit.worker.engines.conftest import fake_trtllm_engine
 from tests.unit.worker.engines.test_structured import SCHEMAS, fmt
 from tests.unit.worker.engines.test_trtllm_inflight import drain, until, words
 from worker.engines.base import Capacity, EngineInput
-from worker.engines.support import refusal
+from worker.engines.support import refused_field, unsupported
 from worker.engines.trtllm import TrtLlmEngine
 from worker.errors import ErrorCode, RequestError
 from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
@@ -58,9 +58,11 @@ def test_seed_and_penalties_are_refused_with_4002_naming_them(
 ) -> None:
     # item 2: TorchSampler of 1.2.x applies no penalty and one generator seeded 42
     engine, _ = fake_trtllm
-    refused = refusal(engine, resolved(temperature=0.7, **{field: value}), "c")
-    assert refused is not None
-    assert (refused.code, refused.param) == (ErrorCode.INVALID_PARAMETER, field)
+    # as admission does (Intake._resolve): the field refused, then its 4002
+    refused = refused_field(engine, resolved(temperature=0.7, **{field: value}))
+    assert refused == field
+    error = unsupported(engine, refused, "c")
+    assert (error.code, error.param, error.custom_id) == (ErrorCode.INVALID_PARAMETER, field, "c")
 
 
 def test_the_stand_in_ignores_a_requests_seed_as_torchsampler_does(

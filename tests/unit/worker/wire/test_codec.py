@@ -418,7 +418,8 @@ def test_shared_settings_are_range_checked_once_and_bad_ones_every_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """validate_request checks a settings value it has passed before (the same object, as
-    the codec shares it) only once; a value out of range fails every request."""
+    the codec shares it: ``shared``) only once; a value out of range fails every request;
+    a value not said to be shared (a JSON line's own) is checked every time."""
     from worker.wire import validation
 
     checked: list[SamplingParams] = []
@@ -431,13 +432,20 @@ def test_shared_settings_are_range_checked_once_and_bad_ones_every_time(
     monkeypatch.setattr(validation, "_check_sampling", counting)
     good = SamplingParams(max_tokens=7, top_k=5)
     bad = SamplingParams(max_tokens=7, top_p=0.0)
+    own = SamplingParams(max_tokens=7, top_k=5)
     for i in range(3):
-        validation.validate_request(InferenceRequest(f"c{i}", prompt="p", sampling=good))
+        validation.validate_request(
+            InferenceRequest(f"c{i}", prompt="p", sampling=good), shared=True
+        )
         with pytest.raises(RequestError) as caught:
-            validation.validate_request(InferenceRequest(f"b{i}", prompt="p", sampling=bad))
+            validation.validate_request(
+                InferenceRequest(f"b{i}", prompt="p", sampling=bad), shared=True
+            )
         assert (caught.value.param, caught.value.custom_id) == ("top_p", f"b{i}")
+        validation.validate_request(InferenceRequest(f"o{i}", prompt="p", sampling=own))
     equal = SamplingParams(max_tokens=7, top_k=5)  # another object: checked again
-    validation.validate_request(InferenceRequest("e", prompt="p", sampling=equal))
+    validation.validate_request(InferenceRequest("e", prompt="p", sampling=equal), shared=True)
     assert [s is good for s in checked].count(True) == 1
     assert [s is bad for s in checked].count(True) == 3
+    assert [s is own for s in checked].count(True) == 3
     assert any(s is equal for s in checked)
