@@ -74,6 +74,13 @@ class Credits:
         self._unread: dict[int, deque[int]] = {}
         #: per partition, records given out and not delivered yet
         self._given: dict[int, int] = {}
+        #: the same two for the records fed beyond credit (newcomers first, §10): a
+        #: worker holds at most one batch of them unread, so many new batches cannot
+        #: flood its partitions past what its credit allows
+        self._over_unread: dict[int, deque[int]] = {}
+        self._over_given: dict[int, int] = {}
+        #: how many of the last :meth:`place`'s partitions, last, are beyond credit
+        self.beyond = 0
 
     def report(self, demand: Demand | None, worker: str | None = None) -> None:
         """A worker's report (None, with its ``worker``: it left and takes no credit)."""
@@ -93,26 +100,32 @@ class Credits:
             while unread and unread[0] < position:
                 unread.popleft()
                 known.read += 1
+            over = self._over_unread.get(partition)
+            while over and over[0] < position:
+                over.popleft()
         known.history.append((demand.at, known.read))
         while len(known.history) > 2 and demand.at - known.history[1][0] >= RATE_SPAN_S:
             known.history.popleft()
 
-    def returned(self, partition: int) -> None:
-        """A record placed on ``partition`` was not written there (dead-lettered)."""
+    def returned(self, partition: int, over: bool = False) -> None:
+        """A record placed on ``partition`` (``over``: beyond credit) was not written
+        there (dead-lettered)."""
         self._given[partition] = max(0, self._given.get(partition, 0) - 1)
+        if over:
+            self._over_given[partition] = max(0, self._over_given.get(partition, 0) - 1)
 
     def unread(self) -> int:
         """Shared records written and not read yet, over every partition."""
         return sum(len(u) for u in self._unread.values()) + sum(self._given.values())
 
-    def delivered(self, partition: int, offset: int) -> None:
-        """A record the feeder shared was written at ``offset`` of ``partition``."""
+    def delivered(self, partition: int, offset: int, over: bool = False) -> None:
+        """A record the feeder shared was written at ``offset`` of ``partition``
+        (``over``: one :meth:`place` gave beyond credit)."""
         self._given[partition] = max(0, self._given.get(partition, 0) - 1)
-        unread = self._unread.setdefault(partition, deque())
-        if not unread or offset > unread[-1]:
-            unread.append(offset)
-        else:
-            unread.insert(bisect_left(unread, offset), offset)
+        _insert(self._unread.setdefault(partition, deque()), offset)
+        if over:
+            self._over_given[partition] = max(0, self._over_given.get(partition, 0) - 1)
+            _insert(self._over_unread.setdefault(partition, deque()), offset)
 
     def credits(self) -> dict[str, int]:
         """Per live worker, how many more records it should get now (may be ≤ 0)."""
@@ -127,7 +140,9 @@ class Credits:
         spread over the workers with credit and, within a worker, all to one of its
         partitions (:meth:`_lane`); each is counted as given until :meth:`delivered`. Up
         to ``over`` of them may go beyond credit (a newly active batch's first slice,
-        §10): those go to the live workers in turn, the most credit first."""
+        §10), last (:attr:`beyond` says how many): those go to the live workers in turn,
+        the most credit first, each while it holds less than one batch of them unread
+        (:meth:`overdraft`)."""
         workers = self._live()
         live = [(credit, mine) for _, credit, mine in workers if credit > 0]
         out: list[int] = []
@@ -142,14 +157,27 @@ class Credits:
                 if credit > 1:
                     left.append((credit - 1, mine))
             live = left
-        beyond = min(over, count - len(out))
+        within = len(out)
+        beyond = min(over, count - within)
         ranked = sorted(workers, key=lambda w: -w[1])  # the most credit (least behind) first
-        for i in range(beyond if ranked else 0):
-            _, _, mine = ranked[i % len(ranked)]
-            partition = self._lane(mine)
-            self._given[partition] = self._given.get(partition, 0) + 1
-            out.append(partition)
+        allow = {i: self._batch - self._overdrawn(w[2]) for i, w in enumerate(ranked)}
+        while len(out) - within < beyond and (turn := [i for i, a in allow.items() if a > 0]):
+            for i in turn[: beyond - (len(out) - within)]:
+                partition = self._lane(ranked[i][2])
+                self._given[partition] = self._given.get(partition, 0) + 1
+                self._over_given[partition] = self._over_given.get(partition, 0) + 1
+                out.append(partition)
+                allow[i] -= 1
+        self.beyond = len(out) - within
         return out
+
+    def overdraft(self) -> int:
+        """How many records may be fed beyond credit now: per live worker, one batch
+        less what it already holds of them unread (given, or written and not read)."""
+        return sum(max(0, self._batch - self._overdrawn(mine)) for _, _, mine in self._live())
+
+    def _overdrawn(self, mine: list[int]) -> int:
+        return sum(len(self._over_unread.get(p, ())) + self._over_given.get(p, 0) for p in mine)
 
     def rate(self) -> float:
         """Shared records the live workers read a second (each over the last second of
@@ -200,3 +228,11 @@ class Credits:
     def _count_from(self, partition: int, position: int) -> int:
         unread = self._unread.get(partition)
         return 0 if not unread else len(unread) - bisect_left(unread, position)
+
+
+def _insert(offsets: deque[int], offset: int) -> None:
+    """``offset`` into the ascending ``offsets`` (almost always at the end)."""
+    if not offsets or offset > offsets[-1]:
+        offsets.append(offset)
+    else:
+        offsets.insert(bisect_left(offsets, offset), offset)

@@ -110,8 +110,8 @@ class Mover:
         self._metrics.depth(unread, unread + room)
         self.trim.poll()
         # stopped batches: outside shares and credits; a newly active batch's first slice
-        # may exceed the credit by one batch (newcomers first, §10)
-        fresh = self._batch if self.credits.live() else 0
+        # may exceed the credit, by at most one batch unread a worker (newcomers first, §10)
+        fresh = self.credits.overdraft()
         step = self.planner.plan(room, STEP_MAX, fresh, self.credits.rate())
         if not step.slices and not step.stops and not step.abandoned:
             if self._alive_due():  # idle or full: serve still sees a feeder
@@ -133,7 +133,9 @@ class Mover:
         for stop in step.stops:  # workers answer the batch 4007 (worker/feeder/plan.py)
             p.produce(self._control, key=stop.batch_id.encode(), value=stop.encode())
         # each to a worker with credit; a newcomer's first slice beyond it
-        places = iter(self.credits.place(step.shared, over=step.shared - room))
+        placed = self.credits.place(step.shared, over=step.shared - room)
+        within = len(placed) - self.credits.beyond  # the rest are beyond credit
+        places = iter(enumerate(placed))
         for i, (_, records) in enumerate(step.slices):
             if i < step.drains:  # answered at admission by whoever reads them
                 for m in records:
@@ -142,15 +144,15 @@ class Mover:
             # each request its own tag, the workers start the lowest first (§10)
             start, per = step.tags[i - step.drains]
             for k, m in enumerate(records):
-                partition = next(places, None)
+                j, partition = next(places, (0, None))
+                over = partition is not None and j >= within
+                done = self._delivered_over if over else self._delivered
                 tag = start + k * per
                 if (
-                    not forward(
-                        p, self._requests, self._dead_letters, m, self._delivered, partition, tag
-                    )
+                    not forward(p, self._requests, self._dead_letters, m, done, partition, tag)
                     and partition is not None
                 ):
-                    self.credits.returned(partition)
+                    self.credits.returned(partition, over)
         # the slices on the broker before the state that says they were fed (module doc)
         if p.flush(TIMEOUT_S) > 0 or self._undelivered:
             raise KafkaException(
@@ -179,12 +181,16 @@ class Mover:
         self._alive_sent, self._alive = now, state.alive(now)
         return True
 
-    def _delivered(self, error: KafkaError | None, msg: Message) -> None:
+    def _delivered(self, error: KafkaError | None, msg: Message, over: bool = False) -> None:
         partition, offset = msg.partition(), msg.offset()
         if error is not None:
             self._undelivered += 1
         elif partition is not None and offset is not None:
-            self.credits.delivered(partition, offset)
+            self.credits.delivered(partition, offset, over)
+
+    def _delivered_over(self, error: KafkaError | None, msg: Message) -> None:
+        """A record fed beyond credit was acknowledged (or not)."""
+        self._delivered(error, msg, over=True)
 
     def _drained(self, error: KafkaError | None, _msg: Message) -> None:
         if error is not None:

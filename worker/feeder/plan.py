@@ -29,7 +29,6 @@ never meets them again.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from confluent_kafka import KafkaException, Message
 
 from batcher.fairshare import FairShare
 from worker.cancellations import Stop
-from worker.feeder.deadlines import EDF_SHARE, Deadlines
+from worker.feeder.deadlines import Deadlines
 from worker.feeder.headers import Charging, Scheduled, headers_of, scheduled_as
 from worker.feeder.index import PendingIndex
 from worker.feeder.readahead import PartialRead, ReadAhead
@@ -173,9 +172,10 @@ class Planner:
         """Up to ``budget`` records: stopped batches' first (outside the shares and the
         credits), then batches at risk of missing their deadline at the fleet's ``rate``
         (requests a second, :mod:`worker.feeder.deadlines`), earliest deadline first, in
-        at most ``EDF_SHARE`` of ``room``, then what fair share chooses within the rest;
-        a batch never fed yet may have its first slice beyond ``room``, by up to
-        ``fresh`` records (newcomers first, §10)."""
+        at most ``EDF_SHARE`` of the room over the steps (a fraction left is carried to
+        the next), then what fair share chooses within the rest; a batch never fed yet
+        may have its first slice beyond ``room``, all of them together by up to ``fresh``
+        records (newcomers first, §10: :meth:`Credits.overdraft`)."""
         if self._held:
             self._expire()
         step = Step(stops=self._stops, abandoned=self._abandoned)
@@ -185,18 +185,20 @@ class Planner:
         left = budget - step.moved
         room = min(room, left)
         cap = self.ahead.slice_cap(len(self.fair))  # a round's slices fit the read-ahead
-        edf = math.ceil(room * EDF_SHARE)
         risky = self.deadlines.at_risk(rate, self.fair.waiting, self.index.batches)
-        for batch_id in risky if edf > 0 else ():
-            moved = self._take(step, batch_id, self.fair.serve(batch_id, min(edf, cap)))
-            edf, room, left = edf - moved, room - moved, left - moved
-            if edf < 1:
+        self.deadlines.accrue(room, bool(risky))
+        for batch_id in risky:
+            if (edf := min(self.deadlines.allowance(), cap)) < 1:
                 break
+            moved = self._take(step, batch_id, self.fair.serve(batch_id, edf))
+            self.deadlines.spent(moved)
+            room, left = room - moved, left - moved
         while left > 0:
             over = min(fresh, left - room, cap - min(room, cap))
             if (picked := self.fair.next(min(room, cap), over)) is None:
                 break
             moved = self._take(step, *picked)
+            fresh -= max(0, moved - room)  # the fleet's overdraft is shared by every newcomer
             room, left = max(0, room - moved), left - moved
         step.stops.extend(self._stops)  # quarantined while planning: announced now
         step.abandoned.update(self._abandoned)

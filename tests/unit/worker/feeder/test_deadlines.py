@@ -1,8 +1,9 @@
 """Deadlines (docs/architecture.md §10, worker/feeder/deadlines.py): a batch whose unfed
 requests, at the fleet's recent pace, need more than half the time left to its deadline
-is fed earliest deadline first, ahead of fair share's choice, in at most half of a step's
-room and charged as its own turns; a deadline is anyone's header, so a bad one is none
-and a tenant claiming early deadlines on everything still leaves the others half."""
+(and no more than all of it: else it is hopeless) is fed earliest deadline first, ahead
+of fair share's choice, in at most half of the room summed over the steps and charged as
+its own turns; a deadline is anyone's header, so a bad one is none and a tenant claiming
+early deadlines on everything still leaves the others half."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def test_a_bad_or_passed_deadline_claims_nothing(deadline: bytes) -> None:
 
 def test_a_tenant_claiming_early_deadlines_still_leaves_the_others_half() -> None:
     wall = Wall()
-    p = planner(batches(b"1"), wall)  # always at risk, for all it has
+    p = planner(batches(b"30"), wall)  # at risk for all it has (20 s of 30)
     fed: Counter[str] = Counter()
     for _ in range(8):
         for b, records in p.plan(8, 16, rate=2.0).slices:
@@ -88,5 +89,39 @@ def test_a_tenant_claiming_early_deadlines_still_leaves_the_others_half() -> Non
         wall.now += 0.05
     assert fed == {"late": 32, "a": 16, "b": 16}
     # and it was charged: with its deadline passed, fair share serves the others first
-    wall.now = NOW + 1 + RISK_EVERY_S
+    wall.now = NOW + 30 + RISK_EVERY_S
     assert [b for b, _ in p.plan(8, 16, rate=2.0).slices] == ["a", "b"]
+
+
+def test_at_risk_takes_half_of_what_is_fed_when_credits_free_one_slot_a_step() -> None:
+    """Credits free a slot or two at a time on a full fleet: a room of 1 each step gave
+    batches at risk every record (half of 1, rounded up); the half is carried instead."""
+    wall = Wall()
+    p = planner(batches(b"150"), wall)  # 40 unfed at 0.5 a second: 80 s of 150, at risk
+    fed: Counter[str] = Counter()
+    for _ in range(60):
+        for b, records in p.plan(1, 16, rate=0.5).slices:
+            fed[b] += len(records)
+    assert fed.total() == 60
+    assert fed["late"] == 30  # one record every other step
+    for room in (2, 3, 5):  # any room: at most half, over the steps
+        p = planner(batches(b"150"), Wall())
+        risky = sum(
+            len(records)
+            for _ in range(12)
+            for b, records in p.plan(room, 16, rate=0.5).slices
+            if b == "late"
+        )
+        assert risky <= room * 12 / 2, room
+
+
+def test_a_batch_that_cannot_finish_even_with_the_whole_fleet_is_not_fed_edf() -> None:
+    """40 unfed at 2 a second need 20 s; with 10 s left it misses whatever it is fed, and
+    EDF would take half the fleet until its deadline for nothing: fair share serves it."""
+    wall = Wall()
+    deadlines = Deadlines(wall)
+    deadlines.note("hopeless", NOW + 10.0)
+    deadlines.note("tight", NOW + 20.0)  # exactly the whole fleet's time: still at risk
+    assert deadlines.at_risk(2.0, lambda b: 40, {"hopeless", "tight"}) == ["tight"]
+    step = planner(batches(b"10"), Wall()).plan(8, 16, rate=2.0)
+    assert [b for b, _ in step.slices] == ["a", "b"]
