@@ -28,6 +28,7 @@ from worker.wire.messages import (
     InferenceResult,
     SamplingParams,
     keeps,
+    remember,
 )
 from worker.wire.responses import named_for_responses
 
@@ -190,9 +191,7 @@ class Intake:
             resolved = ResolvedSampling.resolve(*key, self._generation)  # draws the seed
             known = (resolved, refused_field(self._engine, resolved))
             if kept:
-                if len(self._resolved) >= RESOLVED_KEPT:
-                    self._resolved.clear()
-                self._resolved[key] = known
+                remember(self._resolved, key, known, RESOLVED_KEPT)
         else:
             resolved = known[0].for_another()
         if known[1] is not None:

@@ -44,6 +44,7 @@ from worker.wire.messages import (
     Timings,
     TokenLogprob,
     Usage,
+    remember,
 )
 from worker.wire.validation import escaped
 from worker.wire.validation import validate_request as validate_request  # re-exported
@@ -349,9 +350,7 @@ def _sampling_of(msg: pb.SamplingParams) -> SamplingParams:
     if known is None:
         known = _sampling_from_pb(msg)
         if len(key) <= SETTINGS_KEPT_BYTES:
-            if len(_SAMPLINGS) >= _SAMPLINGS_KEPT:
-                _SAMPLINGS.clear()
-            _SAMPLINGS[key] = known
+            remember(_SAMPLINGS, key, known, _SAMPLINGS_KEPT)
     return known
 
 

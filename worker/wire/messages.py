@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, TypeVar
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 #: content_filter: a remote server's filter cut the answer (engine.kind openai passes it on)
@@ -90,6 +90,9 @@ class SamplingParams:
     response_format: ResponseFormat = ResponseFormat()
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
 #: the most bytes (of the protobuf message) or characters (of a schema and stop strings)
 #: that settings may have and still be kept in a table shared by the requests asking for
 #: the same: a tenant can make each value megabytes, and a table keeps values after their
@@ -103,6 +106,14 @@ def keeps(sampling: SamplingParams) -> bool:
     fmt = sampling.response_format
     size = len(fmt.schema) + len(fmt.name) + sum(map(len, sampling.stop))
     return size <= SETTINGS_KEPT_BYTES
+
+
+def remember(table: dict[K, V], key: K, value: V, most: int) -> None:
+    """``table[key] = value``, the table started again once it holds ``most``: a bound on
+    what requests that each ask for something different can make a shared table keep."""
+    if len(table) >= most:
+        table.clear()
+    table[key] = value
 
 
 @dataclass(frozen=True)

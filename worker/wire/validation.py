@@ -19,7 +19,7 @@ from dataclasses import fields
 import jsonschema
 
 from worker.errors import ErrorCode, RequestError
-from worker.wire.messages import InferenceRequest, SamplingParams, keeps
+from worker.wire.messages import InferenceRequest, SamplingParams, keeps, remember
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 #: the roles of a /v1/responses input message
@@ -268,10 +268,8 @@ def validate_request(req: InferenceRequest, *, utf8: bool = False, shared: bool 
     s = req.sampling
     if _CHECKED.get(id(s)) is not s:
         _check_sampling(req, s)
-        if shared and keeps(s):
-            if len(_CHECKED) >= _CHECKED_KEPT:
-                _CHECKED.clear()
-            _CHECKED[id(s)] = s  # held here, so its id names no other object while kept
+        if shared and keeps(s):  # held here, so its id names no other object while kept
+            remember(_CHECKED, id(s), s, _CHECKED_KEPT)
     _check_output_options(req)
     _check_embeddings(req)
     _check_responses(req)
