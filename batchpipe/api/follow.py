@@ -83,8 +83,13 @@ class ResultsFollower:
         with self._lock:
             self._tallies.setdefault(batch.id, BatchTally(batch.id, batch.counts.total))
 
-    def follow(self, active: list[BatchRecord]) -> None:
-        """Count the results of ``active`` for at most ``_READ_S``; forget the others."""
+    def follow(self, active: list[BatchRecord]) -> bool:
+        """Count the results of ``active`` for at most ``_READ_S``; forget the others.
+
+        True when the read stopped early at the answer that completed a batch, so that the
+        batch ends now rather than after the rest of the window (other batches' answers
+        keep streaming in: the window was spent in full on every step, and a small batch
+        waited for it behind a large one); the caller reads on without waiting."""
         ids = {b.id for b in active}
         with self._lock:
             for gone in set(self._tallies) - ids:
@@ -94,7 +99,7 @@ class ResultsFollower:
                 self._tallies[batch.id] = BatchTally(batch.id, batch.counts.total)
             tracked = [b for b in active if b.id in self._tallies]
         if not tracked:
-            return
+            return False
         if self._reader is None and not self._reopen():
             self._step_back(_since(tracked))  # a fresh reader: from the oldest batch
         elif new:
@@ -109,9 +114,11 @@ class ResultsFollower:
             except RequestError:
                 continue
             tally = self.tally(result.batch_id)
-            if tally is not None:
-                tally.add(result)
+            if tally is not None and tally.add(result) and tally.complete:
+                self._mark()
+                return True
         self._mark()
+        return False
 
     def _mark(self) -> None:
         now = time.time()

@@ -235,21 +235,26 @@ class Lifecycle:
 
     def _run(self) -> None:
         interval = self._config.api.poll_interval_ms / 1000
-        while not self._stop.wait(interval):
+        wait = interval
+        while not self._stop.wait(wait):
+            wait = interval
             try:
-                self._step()
+                if self._step():
+                    wait = 0.0  # the read stopped at a finished batch: more may be behind it
             except (KafkaException, KafkaUnavailable, OSError) as exc:
                 log.warning("batch lifecycle step failed, retrying: %s", exc)
                 self.results.close()
 
-    def _step(self) -> None:
+    def _step(self) -> bool:
+        """One pass over the batches; True when the results read stopped early at a batch
+        that is complete (it ends in this pass) and more may be waiting to be read."""
         active = [b for b in self._state.batches() if not b.terminal]
         for batch in active:
             if batch.status == "validating":
                 self.publish(batch)
             elif batch.status == "cancelling" and batch.id not in self._announced:
                 self._announce_stop(batch)
-        self.results.follow(active)
+        read_on = self.results.follow(active)
         now = time.time()
         for batch in active:
             # each batch on its own: one that cannot advance never holds up the others
@@ -260,6 +265,7 @@ class Lifecycle:
             except Exception as exc:
                 log.warning("batch %s: step failed, retrying on the next: %r", batch.id, exc)
         self.retention.step(retention.now())
+        return read_on
 
     def _advance(self, batch: BatchRecord, now: float) -> None:
         tally = self.results.tally(batch.id)

@@ -182,9 +182,10 @@ class FakeProbe:
 class QuietFollower(ResultsFollower):
     """Counts what the test tells it to (:meth:`tally`/``register``), reads nothing."""
 
-    def follow(self, active: list[BatchRecord]) -> None:
+    def follow(self, active: list[BatchRecord]) -> bool:
         for batch in active:
             self.register(batch)
+        return False
 
     def close(self) -> None:
         pass

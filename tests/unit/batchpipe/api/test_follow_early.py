@@ -1,0 +1,119 @@
+"""The results reader stops at the answer that completes a batch (found through the API:
+bob's 10 requests behind alice's 2,000 waited for the rest of every 0.2 s read window,
+and ended 0.25-0.3 s after their last answer was on the topic)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import pytest
+
+from batchpipe.api import follow as follow_module
+from batchpipe.api.follow import ResultsFollower
+from batchpipe.api.records import BatchRecord, Counts
+from worker.config import Config
+from worker.errors import ErrorCode
+from worker.jobs import Identity, failed
+from worker.wire.codec import encode_result
+
+
+@dataclass
+class _Record:
+    _value: bytes
+    _headers: list[tuple[str, str | bytes | None]]
+    _offset: int
+
+    def value(self) -> bytes:
+        return self._value
+
+    def headers(self) -> list[tuple[str, str | bytes | None]]:
+        return self._headers
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+    def error(self) -> None:
+        return None
+
+
+class _Topic:
+    """One partition of answers, read one record a poll; None once at its end."""
+
+    def __init__(self, answers: list[tuple[str, str, int]]) -> None:
+        identity = Identity(worker_id="w", model="echo")
+        self.records = []
+        for offset, (batch_id, custom_id, total) in enumerate(answers):
+            answer = failed(custom_id, ErrorCode.ENGINE_FAILED, "x", identity=identity)
+            value, headers = encode_result(replace(answer, batch_id=batch_id, batch_total=total))
+            self.records.append(_Record(value, list(headers), offset))
+        self.next = 0
+
+    def poll(self, timeout: float = 0) -> _Record | None:
+        if self.next >= len(self.records):
+            time.sleep(min(timeout, 0.01))
+            return None
+        self.next += 1
+        return self.records[self.next - 1]
+
+    def assign(self, partitions: object) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _batch(batch_id: str, total: int) -> BatchRecord:
+    return BatchRecord(
+        id=batch_id,
+        owner="k",
+        input_file_id="file-x",
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        created_at=0,
+        expires_at=86400,
+        status="in_progress",
+        counts=Counts(total=total),
+    )
+
+
+@pytest.fixture
+def topic(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Topic]:
+    # a small batch's 3 answers among a large one's, then more of the large one's
+    answers = [("big", f"b{i}", 1_000) for i in range(5)]
+    answers += [("small", f"s{i}", 3) for i in range(3)]
+    answers += [("big", f"b{i}", 1_000) for i in range(5, 205)]
+    fake = _Topic(answers)
+    monkeypatch.setattr(follow_module, "open_reader", lambda kafka, topic, since: (fake, 1))
+    monkeypatch.setattr(follow_module, "start_offsets", lambda *args: [])
+    yield fake
+
+
+def test_the_read_stops_at_the_answer_that_completes_a_batch(topic: _Topic) -> None:
+    follower = ResultsFollower(Config())
+    active = [_batch("big", 1_000), _batch("small", 3)]
+    assert follower.follow(active) is True  # stopped early: more may be waiting
+    small = follower.tally("small")
+    assert small is not None and small.complete
+    assert follower.records_read == 8  # not the 200 answers behind it
+    # the next read goes on from there, to the end of what is written
+    while follower.records_read < len(topic.records):
+        assert follower.follow(active) is False
+    big = follower.tally("big")
+    assert big is not None and big.answered == 205 and not big.complete
+
+
+def test_a_repeated_last_answer_does_not_stop_the_read_again(topic: _Topic) -> None:
+    follower = ResultsFollower(Config())
+    topic.records.insert(8, topic.records[7])  # the small batch's last answer, twice
+    for offset, record in enumerate(topic.records):
+        record._offset = offset
+    active = [_batch("big", 1_000), _batch("small", 3)]
+    assert follower.follow(active) is True
+    assert follower.records_read == 8
+    while follower.records_read < len(topic.records):  # the repeat stops nothing
+        assert follower.follow(active) is False
