@@ -7,6 +7,8 @@ find the broker and topics exactly alike. Raw librdkafka settings from
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +20,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from worker.config import TRANSACTION_TIMEOUT_MS, KafkaConfig, LimitsConfig, producer_max_bytes
 from worker.kafka.produce import BATCH_FRAMING_BYTES, RecordLimit, record_limit
+from worker.wire.messages import remember
 
 #: Group membership settings. With librdkafka's defaults a group join takes ~23 s on
 #: the embedded Tansu broker; a 6 s session timeout brings it to ~3 s, and is a sane
@@ -145,6 +148,17 @@ def admin(kafka: KafkaConfig) -> AdminClient:
     return AdminClient(_with_raw(_base(kafka), kafka))
 
 
+#: a topic found or created this long ago is taken to exist without asking the broker:
+#: ``batchpipe serve`` publishes every batch through :func:`ensure_topics` (the requests,
+#: results and pending topics), and each call made an admin client and listed every topic,
+#: 2-55 ms a call on the embedded broker, twice a batch — a tenth of a 10-request batch's
+#: time through the API. One deleted under a running process is created again by the next
+#: call after this long; until then producing to it fails, and the caller retries.
+KNOWN_S = 60.0
+_KNOWN: dict[tuple[str, str], float] = {}  # (bootstrap, topic) -> when it was known to exist
+_KNOWN_KEPT = 4_096
+
+
 def ensure_topics(
     kafka: KafkaConfig,
     topics: Iterable[str],
@@ -162,11 +176,19 @@ def ensure_topics(
     a ``max.message.bytes`` that takes such a record, whatever the broker's default
     (1048588 on Apache Kafka). ``retain_forever`` topics are created with
     ``retention.ms=-1`` (records wait there until read). Existing topics are left as they
-    are (docs/deploy.md).
+    are (docs/deploy.md). Topics known to exist for the last :data:`KNOWN_S` are not
+    asked about again.
     """
+    now, where = time.monotonic(), kafka.bootstrap_servers
+    named = list(dict.fromkeys(topics))
+    if all(now - _KNOWN.get((where, t), -math.inf) < KNOWN_S for t in named):
+        return []
     client = admin(kafka)
     existing = set(client.list_topics(timeout=timeout_s).topics)
-    wanted = [t for t in dict.fromkeys(topics) if t not in existing]
+    wanted = [t for t in named if t not in existing]
+    for topic in named:
+        if topic in existing:
+            remember(_KNOWN, (where, topic), now, _KNOWN_KEPT)
     if not wanted:
         return []
     count = partitions or kafka.partitions
@@ -187,6 +209,7 @@ def ensure_topics(
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
+        remember(_KNOWN, (where, topic), now, _KNOWN_KEPT)
     return created
 
 
