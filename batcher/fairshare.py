@@ -28,7 +28,10 @@ Invariants:
   so increments stay far above a float's resolution;
 * :meth:`FairShare.next` never hands out more than a batch has waiting;
 * *newcomers first*: a batch never served yet may be handed up to ``fresh`` more than
-  ``room`` (its first slice is fed even when the workers' credit is spent), and every
+  ``room`` (its first slice is fed even when the workers' credit is spent), its first
+  slice at most ``first`` requests (:meth:`FairShare.first_slice`: one engine batch
+  shared by the batches never served, so several that arrive together all reach a
+  worker's next engine batch, not one slice after another), and every
   slice comes with :attr:`FairShare.tag`, its key's virtual service since the key became
   active (0 for a newcomer's first slice), and :attr:`FairShare.tag_step`, what each of
   its requests adds: the feeder writes each request's own on it and the workers start
@@ -79,6 +82,7 @@ class _Tagged:
 class _Batch(_Tagged):
     key: str = ""
     served: bool = False  # handed a slice yet: only a batch never served may overdraw
+    # (and its first slice may be capped: FairShare.first_slice)
     waiting: int = 0
     tokens: float = 1.0  # estimated tokens a request: the mean of those added
     added: int = 0
@@ -111,6 +115,7 @@ class FairShare:
         #: requests by (slices of equal tags then interleave request by request)
         self.tag = 0.0
         self.tag_step = 0.0
+        self._new = 0  # active batches never served
 
     def __len__(self) -> int:
         """How many batches have requests waiting."""
@@ -137,6 +142,7 @@ class FairShare:
                 owner.since = self._now
                 self._push_key(key, owner)
             batch = _Batch(weight, owner.now, next(self._versions), key)
+            self._new += 1
             self._batches[batch_id] = batch
             owner.batches[batch_id] = batch
             owner.weight = max(owner.weight, weight)
@@ -154,10 +160,26 @@ class FairShare:
         self._drop(batch_id, batch)
         return batch.waiting
 
-    def next(self, room: int, fresh: int = 0) -> tuple[str, int] | None:
+    @property
+    def newcomers(self) -> int:
+        """How many active batches were never served."""
+        return self._new
+
+    def first_slice(self, engine: int) -> int:
+        """The most requests a batch never served gets in its first slice: one engine
+        batch (``engine`` requests) shared by every batch never served. Several batches
+        arriving together are then fed a few requests each, and a worker reads them all
+        before its next engine batch; with whole slices (``quantum``, 64) one after the
+        other, four batches submitted together at 1 s a decoding step got their first
+        answers 8 s apart (``bench.fairness``), as a worker reads its partition in
+        order. The rest follows in the batch's next turns."""
+        return max(1, engine // max(1, self._new))
+
+    def next(self, room: int, fresh: int = 0, first: int | None = None) -> tuple[str, int] | None:
         """The batch to serve now and how many of its requests (at most ``room``, or
-        ``room + fresh`` for a batch never served yet), counted as served; None when
-        nothing waits or the batch to serve has no room. :attr:`tag` is then the slice's."""
+        ``room + fresh`` for a batch never served yet, and then at most ``first``),
+        counted as served; None when nothing waits or the batch to serve has no room.
+        :attr:`tag` is then the slice's."""
         if room < 1 and fresh < 1:
             return None
         while self._heap:
@@ -168,6 +190,8 @@ class FairShare:
                 continue
             batch_id, batch = self._first(owner)
             allowed = room if batch.served else room + max(0, fresh)
+            if not batch.served and first is not None:
+                allowed = min(allowed, max(1, first))
             if allowed < 1:
                 return None
             self._now = max(self._now, tag)
@@ -191,6 +215,8 @@ class FairShare:
         ratio = min(float(MAX_SLICE_RATIO), batch.weight / min(self._weights))
         count = min(room, batch.waiting, max(1, round(self.quantum * ratio)))
         cost = count * batch.tokens
+        if not batch.served:
+            self._new -= 1
         batch.served = True
         self.tag = max(owner.tag, self._now) - owner.since
         self.tag_step = batch.tokens / owner.weight
@@ -224,6 +250,8 @@ class FairShare:
 
     def _drop(self, batch_id: str, batch: _Batch) -> None:
         del self._batches[batch_id]
+        if not batch.served:
+            self._new -= 1
         self._weights[batch.weight] -= 1
         if not self._weights[batch.weight]:
             del self._weights[batch.weight]

@@ -36,6 +36,7 @@ from tests.integration.harness import drain, read_topic, reader
 from worker.cancellations import Stop
 from worker.config import Config
 from worker.errors import ErrorCode
+from worker.feeder.credits import Credits
 from worker.feeder.feeder import Feeder
 from worker.feeder.naming import ensure_pending, pending_topic, state_topic
 from worker.kafka import clients
@@ -225,7 +226,9 @@ def test_after_five_takeovers_the_state_topic_holds_no_finished_batch(
     moved = 0
     for takeover in range(5):
         client.submit(lines(f"s{takeover}", 5), batch_id=f"s{takeover}", key=f"s{takeover}")
-        with _feeding(config, free=100 - config.batching.prefetch_count):  # 100 in all
+        b = config.batching  # 100 in all, with the credit's cushion (nothing is read)
+        cushion = Credits(b.prefetch_count, engine=b.max_batch_size).cushion(0.0)
+        with _feeding(config, free=100 - cushion):
             moved += 100
             read_topic(config, k.requests_topic, moved, timeout_s=120)
     with _feeding(config, free=4_000):

@@ -7,13 +7,28 @@ waiting and what the feeder already wrote to its partitions and the worker has n
 (counted from the feeder's own deliveries against the positions the worker reported)::
 
     credit = free + cushion − (held − running) − unread
-    cushion = max(batch, read/s × CUSHION_S)
+    queue = batch − engine;  reads = read/s × CUSHION_S
+    cushion = max(engine − queue, reads if reads > queue else 0)
 
-``batch`` is one batch (``batching.prefetch_count``); the rate term covers what a fast
-worker takes between two reports: the feeder's own shared records its positions passed,
-per second of its reports' clock. Nothing is derived from committed offsets or round
-trips, so a long generation pins nothing and a slow step needs no probe: a worker that
-runs 64 requests of 10 s and one of 500 s still reports 64 running and its free room.
+``batch`` is a worker's slots (``batching.prefetch_count``) and ``engine`` one engine
+batch (``batching.max_batch_size``); the slots beyond an engine batch are a *queue* the
+worker already holds. When its engine frees a whole batch at once (a static engine, or
+an in-flight one whose requests started together), the worker starts the queued
+requests and reads the topic to fill its slots again, so the topic has to hold only
+what an engine batch takes beyond that queue: nothing with the defaults (64 slots, 32
+an engine batch), one batch where the two are equal. *reads* covers what a fast worker
+takes between two reports (the feeder's own shared records its positions passed, per
+second of its reports' clock), where its queue would not: a queue that holds them
+covers the report's lag by itself (the fake-clock fleet of ``test_credits`` keeps its
+capacity either way; subtracting the queue from a fast worker's reads cost it 6 % at a
+request a step). What the topic holds is read in order before any record fed after it,
+a newly active batch's too, so the cushion is no larger than keeping the engine busy
+needs: a floor of one ``prefetch_count``, 8 s of work at 1 s a decoding step, made a
+small batch 4.2× its time alone in ``bench.fairness``.
+
+Nothing is derived from committed offsets or round trips, so a long generation pins
+nothing and a slow step needs no probe: a worker that runs 64 requests of 10 s and one
+of 500 s still reports 64 running and its free room.
 Only records the feeder shared count as unread or read: a stopped batch's drain and
 records other producers wrote are never counted, so a cancel inflates nothing. A report
 is as old as ``REPORT_S`` plus the read: the answers given since then are not credited
@@ -66,8 +81,13 @@ class Credits:
         batch: int,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        engine: int | None = None,
     ) -> None:
         self._batch = max(1, batch)
+        engine = self._batch if engine is None else min(self._batch, max(1, engine))
+        self._engine = engine
+        #: the slots beyond an engine batch: the worker's own queue (module doc)
+        self._queue = self._batch - engine
         self._clock, self._wall = clock, wall
         self._workers: dict[str, _Worker] = {}
         #: per partition, the offsets of shared records written there, ascending
@@ -209,9 +229,16 @@ class Credits:
                 continue
             positions = dict(d.positions)
             unread = sum(self._count_from(p, positions[p]) + self._given.get(p, 0) for p in mine)
-            cushion = max(self._batch, int(w.rate() * CUSHION_S))
+            cushion = self.cushion(w.rate())
             out.append((name, d.free + cushion - (d.held - d.running) - unread, mine))
         return out
+
+    def cushion(self, rate: float) -> int:
+        """What the topic should hold for a worker reading ``rate`` shared records a
+        second (module doc): one engine batch less its own queue, or its reads in
+        :data:`CUSHION_S` where its queue holds less than that."""
+        reads = int(rate * CUSHION_S)
+        return max(self._engine - self._queue, reads if reads > self._queue else 0)
 
     def _lane(self, mine: list[int]) -> int:
         """The one partition of a worker's ``mine`` its shared records go to: the one with

@@ -79,14 +79,19 @@ class Mover:
         self.ahead = ReadAhead(self._reader, self._pending, self.index)
         self.drain = Drain(Cancellations(TopicReader(k)), self.fair, self.index)
         self.planner = Planner(
-            self.index, self.fair, self.ahead, self.drain, Charging.from_config(config)
+            self.index,
+            self.fair,
+            self.ahead,
+            self.drain,
+            Charging.from_config(config),
+            engine=config.batching.max_batch_size,
         )
         self._alive_sent, self._alive = 0.0, b""
         self._undelivered = 0  # slice records the broker refused in this step
         self.trim = Trim(clients.admin(k), self._pending, metrics.trimmed)
         # what each worker can take, from its demand reports (worker/feeder/credits.py)
         self._batch = config.batching.prefetch_count
-        self.credits = Credits(self._batch)
+        self.credits = Credits(self._batch, engine=config.batching.max_batch_size)
         self._demand = DemandReader(k)
 
     def close(self) -> None:
@@ -136,23 +141,20 @@ class Mover:
         placed = self.credits.place(step.shared, over=step.shared - room)
         within = len(placed) - self.credits.beyond  # the rest are beyond credit
         places = iter(enumerate(placed))
-        for i, (_, records) in enumerate(step.slices):
-            if i < step.drains:  # answered at admission by whoever reads them
-                for m in records:
-                    forward(p, self._requests, self._dead_letters, m, self._drained)
-                continue
-            # each request its own tag, the workers start the lowest first (§10)
-            start, per = step.tags[i - step.drains]
-            for k, m in enumerate(records):
-                j, partition = next(places, (0, None))
-                over = partition is not None and j >= within
-                done = self._delivered_over if over else self._delivered
-                tag = start + k * per
-                if (
-                    not forward(p, self._requests, self._dead_letters, m, done, partition, tag)
-                    and partition is not None
-                ):
-                    self.credits.returned(partition, over)
+        for _, records in step.slices[: step.drains]:  # answered at admission by any reader
+            for m in records:
+                forward(p, self._requests, self._dead_letters, m, self._drained)
+        # each request its own tag, written lowest first; the workers start the lowest
+        # of what they hold first (§10)
+        for m, tag in step.shared_in_tag_order():
+            j, partition = next(places, (0, None))
+            over = partition is not None and j >= within
+            done = self._delivered_over if over else self._delivered
+            if (
+                not forward(p, self._requests, self._dead_letters, m, done, partition, tag)
+                and partition is not None
+            ):
+                self.credits.returned(partition, over)
         # the slices on the broker before the state that says they were fed (module doc)
         if p.flush(TIMEOUT_S) > 0 or self._undelivered:
             raise KafkaException(

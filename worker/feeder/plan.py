@@ -32,6 +32,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from confluent_kafka import KafkaException, Message
 
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 HOLD_S = 900.0
 #: batches whose end marker was read, remembered for records published after it
 MAX_ENDED = 100_000
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -89,6 +92,28 @@ class Step:
     def moved(self) -> int:
         return sum(len(records) for _, records in self.slices)
 
+    def shared_in_tag_order(self) -> list[tuple[Message, float]]:
+        """The shared records, each with its own virtual tag, lowest tag first (equal
+        tags in slice order, a slice's own order kept): the order a worker would start
+        them in, so the order they are written in. A worker reads its partition in order
+        and reorders only what it holds, so slices written one after the other were
+        started one after the other: several newly active batches fed in one step now
+        reach it a request of each in turn."""
+        shared = [records for _, records in self.slices[self.drains :]]
+        return in_tag_order(list(zip(self.tags, shared, strict=True)))
+
+
+def in_tag_order(
+    slices: Sequence[tuple[tuple[float, float], Sequence[T]]],
+) -> list[tuple[T, float]]:
+    """Each item of ``slices`` (``((start, step), items)``: the i-th item's tag is
+    ``start + i × step``) with its tag, all of them lowest tag first; a stable sort, so
+    equal tags keep the slices' order."""
+    tagged = [
+        (item, start + i * per) for (start, per), items in slices for i, item in enumerate(items)
+    ]
+    return sorted(tagged, key=lambda pair: pair[1])
+
 
 class Planner:
     def __init__(
@@ -100,8 +125,12 @@ class Planner:
         charging: Charging,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        engine: int | None = None,
     ) -> None:
         self.index = index
+        #: a worker's engine batch: newly active batches share it for their first slices
+        #: (:meth:`FairShare.first_slice`); None: a first slice is a whole one
+        self._engine = engine
         self.fair = fair
         self.ahead = ahead
         self.drain = drain
@@ -175,7 +204,8 @@ class Planner:
         at most ``EDF_SHARE`` of the room over the steps (a fraction left is carried to
         the next), then what fair share chooses within the rest; a batch never fed yet
         may have its first slice beyond ``room``, all of them together by up to ``fresh``
-        records (newcomers first, §10: :meth:`Credits.overdraft`)."""
+        records (newcomers first, §10: :meth:`Credits.overdraft`), and all of them
+        together one engine batch (:meth:`FairShare.first_slice`)."""
         if self._held:
             self._expire()
         step = Step(stops=self._stops, abandoned=self._abandoned)
@@ -193,9 +223,10 @@ class Planner:
             moved = self._take(step, batch_id, self.fair.serve(batch_id, edf))
             self.deadlines.spent(moved)
             room, left = room - moved, left - moved
+        first = None if self._engine is None else self.fair.first_slice(self._engine)
         while left > 0:
             over = min(fresh, left - room, cap - min(room, cap))
-            if (picked := self.fair.next(min(room, cap), over)) is None:
+            if (picked := self.fair.next(min(room, cap), over, first)) is None:
                 break
             moved = self._take(step, *picked)
             fresh -= max(0, moved - room)  # the fleet's overdraft is shared by every newcomer

@@ -2,8 +2,9 @@
 
 A fake-clock fleet drives the real :class:`~worker.demand.Reporter` and
 :class:`~worker.feeder.credits.Credits`: ``workers`` workers, each holding one partition
-of the requests topic and running up to ``slots`` requests at a time (an in-flight
-engine), report their demand; the feeder reads the reports 0.3 s later and feeds
+of the requests topic and admitting up to ``SLOTS`` requests, report their demand; an
+in-flight engine runs up to ``engine`` of them at a time (all of them, by default) and
+the rest wait in the worker's queue; the feeder reads the reports 0.3 s later and feeds
 what :meth:`Credits.place` gives. The depth limit this replaces kept 0.20–0.28 of
 capacity with 5 % long requests (committed offsets pinned by the long ones) and 25 % of
 500 × 64 (``max_depth``).
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from worker.demand import Demand, Reporter, decode
-from worker.feeder.credits import STALE_S, Credits
+from worker.feeder.credits import CUSHION_S, STALE_S, Credits
 
 STEP_S = 0.1
 SLOTS = 64
@@ -57,31 +58,39 @@ class Worker:
     name: str
     partition: int
     reporter: Reporter
+    engine: int = SLOTS
     topic: deque[tuple[int, float, bool]] = field(default_factory=deque)  # offset, s, shared
     running: list[float] = field(default_factory=list)  # finish times (a heap)
+    queued: deque[float] = field(default_factory=deque)  # admitted, not on the engine
     position: int = 0
     busy_s: float = 0.0
 
     def step(self, now: float) -> None:
         while self.running and self.running[0] <= now + 1e-9:
             heapq.heappop(self.running)
-        while self.topic and len(self.running) < SLOTS:
+        while self.queued and len(self.running) < self.engine:
+            heapq.heappush(self.running, now + self.queued.popleft())
+        while self.topic and len(self.running) + len(self.queued) < SLOTS:
             offset, request_s, shared = self.topic.popleft()
             self.position = offset + 1
-            if shared:  # a drained record is answered at admission, never run
+            if not shared:  # a drained record is answered at admission, never run
+                continue
+            if len(self.running) < self.engine:
                 heapq.heappush(self.running, now + request_s)
+            else:
+                self.queued.append(request_s)
         self.busy_s += len(self.running) * STEP_S
-        running = len(self.running)
-        self.reporter.step(now, {self.partition: self.position}, running, running, SLOTS - running)
+        held = len(self.running) + len(self.queued)
+        self.reporter.step(now, {self.partition: self.position}, held, held, SLOTS - held)
 
 
 class Fleet:
-    def __init__(self, workers: int, seed: int = 7) -> None:
+    def __init__(self, workers: int, seed: int = 7, engine: int = SLOTS) -> None:
         self.clock = Clock()
         self.wire = Wire()
-        self.credits = Credits(SLOTS, clock=self.clock, wall=self.clock)
+        self.credits = Credits(SLOTS, clock=self.clock, wall=self.clock, engine=engine)
         self.workers = [
-            Worker(f"w{i}", i, Reporter(f"w{i}", "requests.demand", self.wire))
+            Worker(f"w{i}", i, Reporter(f"w{i}", "requests.demand", self.wire), engine)
             for i in range(workers)
         ]
         self.ends = [0] * workers  # each partition's end offset
@@ -113,21 +122,31 @@ class Fleet:
         return sum(w.busy_s for w in self.workers)
 
 
-def utilization(workers: int, request_s: float, long_share: float = 0.0) -> float:
-    fleet = Fleet(workers)
+def utilization(
+    workers: int, request_s: float, long_share: float = 0.0, engine: int = SLOTS
+) -> float:
+    """The share of the fleet's engine slots busy, once the first reports came."""
+    fleet = Fleet(workers, engine=engine)
     fleet.run(max(2 * request_s, 3.0), request_s, long_share)  # warm: the first reports
     before, measure_s = fleet.busy(), max(6 * request_s, 20.0)
     fleet.run(measure_s, request_s, long_share)
-    return (fleet.busy() - before) / (workers * SLOTS * measure_s)
+    return (fleet.busy() - before) / (workers * engine * measure_s)
 
 
+#: engine batches: all of a worker's slots (the topic holds one batch), and half of them
+#: (the defaults, 32 of 64: the worker's queue is the cushion, the topic holds its rate)
+ENGINES = [SLOTS, SLOTS // 2]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("request_s", [2.0, 10.0])
-def test_five_hundred_workers_keep_capacity(request_s: float) -> None:
-    assert utilization(500, request_s) >= 0.95
+def test_five_hundred_workers_keep_capacity(request_s: float, engine: int) -> None:
+    assert utilization(500, request_s, engine=engine) >= 0.95
 
 
-def test_five_hundred_workers_keep_capacity_with_five_percent_long_requests() -> None:
-    assert utilization(500, 2.0, long_share=0.05) >= 0.9
+@pytest.mark.parametrize("engine", ENGINES)
+def test_five_hundred_workers_keep_capacity_with_five_percent_long_requests(engine: int) -> None:
+    assert utilization(500, 2.0, long_share=0.05, engine=engine) >= 0.9
 
 
 def test_one_worker_with_mixed_lengths_stays_full() -> None:
@@ -136,11 +155,37 @@ def test_one_worker_with_mixed_lengths_stays_full() -> None:
     assert utilization(1, 0.2, long_share=0.05) >= 0.95
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("workers", [1, 4])
-def test_a_worker_that_answers_every_step_stays_full(workers: int) -> None:
+def test_a_worker_that_answers_every_step_stays_full(workers: int, engine: int) -> None:
     """A request a step (64 answered each 0.1 s): one batch would run dry before the next
     report arrives; the cushion is the worker's answer rate over CUSHION_S."""
-    assert utilization(workers, STEP_S) >= 0.95
+    assert utilization(workers, STEP_S, engine=engine) >= 0.95
+
+
+def test_the_cushion_is_an_engine_batch_beyond_the_workers_queue_or_its_reads() -> None:
+    """The topic holds one engine batch less the worker's own queue (its slots beyond an
+    engine batch), or what the worker reads in CUSHION_S where its queue holds less than
+    that: a full worker that reads nothing is owed a batch when every slot runs, nothing
+    when half of them are a queue (the defaults)."""
+    full = Demand("w", 1.0, ((0, 0),), held=64, running=64, free=0)
+    for engine, cushion in [(None, 64), (64, 64), (48, 32), (32, 0), (8, 0), (1000, 64)]:
+        credits = Credits(64, clock=lambda: 1.0, wall=lambda: 1.0, engine=engine)
+        credits.report(full)
+        assert credits.credits() == {"w": cushion} and credits.cushion(0.0) == cushion
+        assert credits.cushion(1000.0) == int(1000 * CUSHION_S)  # beyond any queue
+    queued = Credits(64, clock=lambda: 1.0, wall=lambda: 1.0, engine=32)
+    assert queued.cushion(64.0) == 0  # 32 read in CUSHION_S: its queue of 32 holds them
+    assert queued.cushion(66.0) == 33  # more than its queue holds: all of them
+    assert Credits(64, engine=64).cushion(66.0) == 64  # no queue: at least a batch
+    clock = Clock()
+    fast = Credits(64, clock=clock, wall=clock, engine=32)
+    for step in range(21):  # 400 shared records read a second, over 2 s of reports
+        clock.now = 1.0 + step * 0.1
+        for offset in range(40 * step, 40 * step + 40):
+            fast.delivered(0, offset)
+        fast.report(Demand("w", clock.now, ((0, 40 * step),), 64, 64, 0))
+    assert fast.credits() == {"w": int(400 * CUSHION_S) - 40}  # its last 40 are unread
 
 
 def test_the_topic_holds_at_most_one_batch_a_worker_ahead() -> None:

@@ -1,7 +1,9 @@
 """Newcomers first, the feeder's side (docs/architecture.md §10): a newly active batch's
-first slice is fed beyond the workers' credit (by up to one batch), and every shared
-record carries its key's virtual tag in ``batchpipe-tag``, lowest for a newcomer, read
-back by the worker with a bound (anyone can write the requests topic)."""
+first slice is fed beyond the workers' credit (by up to one batch), batches that become
+active together share one engine batch for their first slices and are written a request
+of each in turn, and every shared record carries its key's virtual tag in
+``batchpipe-tag``, lowest for a newcomer, read back by the worker with a bound (anyone
+can write the requests topic)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from worker.demand import Demand
 from worker.feeder.credits import Credits
 from worker.feeder.forward import forward
 from worker.feeder.headers import MAX_NUMBER_CHARS, TAG_HEADER, tag_of, with_tag
+from worker.feeder.plan import in_tag_order
 
 
 def test_a_newly_active_batch_is_served_beyond_the_room_once() -> None:
@@ -145,3 +148,53 @@ def test_four_batches_fed_at_once_are_started_request_by_request_in_turn() -> No
         *(f"c{k}.0" for k in range(4)),
         *(f"c{k}.1" for k in range(4)),
     ]
+
+
+def test_batches_never_served_share_one_engine_batch_for_their_first_slices() -> None:
+    fair = FairShare(64)
+    assert fair.first_slice(32) == 32  # none waiting: a whole engine batch
+    for k in range(4):
+        fair.add(f"c{k}", 80, key=f"c{k}")
+    assert fair.newcomers == 4 and fair.first_slice(32) == 8
+    assert fair.next(0, fresh=64, first=8) == ("c0", 8)  # beyond the room, capped
+    assert fair.newcomers == 3
+    assert fair.next(64, first=8) == ("c1", 8)  # within the room too
+    fair.remove("c2")  # cancelled before it was served
+    assert fair.newcomers == 1 and fair.first_slice(32) == 32
+    assert fair.next(64, first=8) == ("c3", 8)
+    assert fair.newcomers == 0
+    assert fair.next(64, first=8) == ("c0", 64)  # served: whole slices from now on
+    fair.add("many", 5, key="many")
+    assert fair.first_slice(0) == 1  # never less than one request
+
+
+def test_a_steps_shared_records_are_written_lowest_tag_first() -> None:
+    """Four batches that became active together: their first slices (a share of one
+    engine batch each, 8 // 4) go out a request of each in turn, not slice after slice
+    (a worker reads its partition in order and reorders only what it holds)."""
+    records = [record(100 * k + o, f"c{k}") for k in range(4) for o in range(40)]
+    feeder = Feeder(records, engine=8)
+    feeder.planner.note(records)
+    step = feeder.planner.plan(0, 64, fresh=64)
+    assert [(b, len(r)) for b, r in step.slices] == [(f"c{k}", 2) for k in range(4)]
+    written = [(m.offset(), tag) for m, tag in step.shared_in_tag_order()]
+    assert written == [
+        *((100 * k, 0.0) for k in range(4)),
+        *((100 * k + 1, 9.0) for k in range(4)),
+    ]
+    later = feeder.planner.plan(16, 64)  # served: whole slices (a quantum, 4), in tag order
+    assert [len(r) for _, r in later.slices] == [4, 4, 4, 4]
+    assert [m.offset() for m, _ in later.shared_in_tag_order()][:4] == [2, 102, 202, 302]
+
+
+def test_in_tag_order_is_stable_and_keeps_each_slices_order() -> None:
+    slices = [((0.0, 2.0), ["a0", "a1", "a2"]), ((1.0, 2.0), ["b0", "b1"]), ((0.0, 2.0), ["c0"])]
+    assert in_tag_order(slices) == [
+        ("a0", 0.0),
+        ("c0", 0.0),
+        ("b0", 1.0),
+        ("a1", 2.0),
+        ("b1", 3.0),
+        ("a2", 4.0),
+    ]
+    assert in_tag_order([]) == []

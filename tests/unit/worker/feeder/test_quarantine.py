@@ -77,14 +77,21 @@ class Producer:
 class Feeder:
     """The feeder's pure parts over an in-memory pending partition: scan, then steps."""
 
-    def __init__(self, records: Sequence[Message], lost: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self,
+        records: Sequence[Message],
+        lost: frozenset[int] = frozenset(),
+        engine: int | None = None,
+    ) -> None:
         self.log = Log(records, lost)
         self.index = PendingIndex()
         self.fair = FairShare(4)
         self.control = FakeControl()
         self.drain = Drain(Cancellations(self.control), self.fair, self.index)
         self.ahead = ReadAhead(self.log, "pending", self.index)
-        self.planner = Planner(self.index, self.fair, self.ahead, self.drain, Charging())
+        self.planner = Planner(
+            self.index, self.fair, self.ahead, self.drain, Charging(), engine=engine
+        )
         self.moved: Counter[int] = Counter()
         self.dead: Counter[int] = Counter()
         self.letters: dict[int, list[tuple[str, bytes]]] = {}
