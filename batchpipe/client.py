@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
+from msgspec import structs
 
 from batchpipe.batchfile import (
     DEFAULT_LIMITS,
@@ -301,7 +302,7 @@ class Client:
                     continue
                 # a model not scanned (the file changed since): routed, or refused, now
                 topic = routes.get(req.model) or self.routing.topic_for(req.model)
-                stamped = replace(
+                stamped = structs.replace(
                     req, batch_id=batch_id, batch_total=total, submitted_at=submitted_at
                 )
                 value, headers = encode_request(stamped)

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from msgspec import structs
+
 from bench.common import fresh_config, worker_thread, write_result
 from bench.wire import ResultReader, percentile, prompt_fetch, summary_requests, timestamped
 from tests.integration.harness import publish
@@ -91,7 +93,7 @@ def run(broker: str, pattern: str, name: str, size: int, adaptive: bool, n: int)
     engine = EchoEngine(delay_per_batch_s=DELAY_PER_BATCH_S, delay_per_token_s=DELAY_PER_TOKEN_S)
     reader = ResultReader(config)
     with worker_thread(config, engine) as worker:
-        warm = replace(requests[0], custom_id="warm-up")
+        warm = structs.replace(requests[0], custom_id="warm-up")
         publish(config, [warm])  # group joins stay out of the figures
         reader.wait_for([warm.custom_id], timeout_s=120)
         submitted: dict[str, float] = {}

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from msgspec import structs
+
 from bench.common import fresh_config, worker_thread, write_result
 from bench.wire import ResultReader
 from tests.integration.harness import publish
@@ -102,7 +104,7 @@ def through_worker(kind: str, requests: Sequence[InferenceRequest]) -> dict[str,
         )
         reader = ResultReader(config)
         with worker_thread(config):
-            warm = [replace(r, custom_id=f"warm-{r.custom_id}") for r in requests[:2]]
+            warm = [structs.replace(r, custom_id=f"warm-{r.custom_id}") for r in requests[:2]]
             publish(config, warm)  # the group join and the model load stay out
             reader.wait_for([r.custom_id for r in warm], timeout_s=600)
             start = time.time()

@@ -65,6 +65,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from msgspec import structs
+
 from bench.common import RESULTS, fresh_config, machine, worker_thread, write_result
 from bench.wire import ResultReader, percentile, prompt_fetch, timestamped
 from tests.integration.harness import (
@@ -243,7 +245,7 @@ def through_worker(
     config = prompt_fetch(replace(config, kafka=fresh_config(broker.bootstrap).kafka))
     reader = ResultReader(config)
     with worker_thread(config, engine):
-        warm = [replace(r, custom_id=f"warm-{r.custom_id}") for r in requests[:2]]
+        warm = [structs.replace(r, custom_id=f"warm-{r.custom_id}") for r in requests[:2]]
         publish(config, warm)  # the group join stays out of the figures
         reader.wait_for([r.custom_id for r in warm], timeout_s=600)
         t0 = time.time()

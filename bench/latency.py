@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from msgspec import structs
+
 from bench.common import fresh_config, write_result
 from bench.wire import json_request, summary_requests
 from tests.integration.harness import reader, running_worker
@@ -100,7 +102,7 @@ class Offered:
         requests = summary_requests(count, MAX_TOKENS)
         ids, start = [], time.time()
         for i, request in enumerate(requests):
-            request = replace(request, custom_id=f"{phase}-{i}")
+            request = structs.replace(request, custom_id=f"{phase}-{i}")
             value, raw = json_request(request)
             headers: list[tuple[str, str | bytes | None]] = [*raw]
             if rate is not None:

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from confluent_kafka import TopicPartition
+from msgspec import structs
 
 from bench.common import fresh_config, write_result
 from bench.wire import SYSTEM, brief, json_request, summary_requests
@@ -96,7 +97,7 @@ def realistic_requests(n: int, max_tokens: int) -> list[InferenceRequest]:
         while len(text) < REALISTIC_CHARS:
             text += " " + brief(rng)
         messages = (ChatMessage("system", _REALISTIC_SYSTEM), ChatMessage("user", text))
-        out.append(replace(request, messages=messages))
+        out.append(structs.replace(request, messages=messages))
     return out
 
 

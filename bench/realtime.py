@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from msgspec import structs
 
 from bench.common import fresh_config, worker_thread, write_result
 from bench.inflight import Borrowed, OneBatchAtATime
@@ -166,7 +167,7 @@ def through_worker(
         config = prompt_fetch(config)
         reader = ResultReader(config)
         with worker_thread(config, engine) as worker:
-            warm = [replace(r, custom_id=f"warm-{r.custom_id}") for r in requests[:2]]
+            warm = [structs.replace(r, custom_id=f"warm-{r.custom_id}") for r in requests[:2]]
             publish(config, warm)  # group joins and the first generate() stay out
             reader.wait_for([r.custom_id for r in warm], timeout_s=300)
             t0 = time.time()

@@ -27,6 +27,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
+from msgspec import structs
+
 from bench.common import RESULTS, write_result
 from worker.config import Config, LimitsConfig
 from worker.kafka import clients
@@ -278,7 +280,7 @@ def main(count: int = 1000) -> dict[str, Any]:
 
 def timestamped(request: InferenceRequest) -> InferenceRequest:
     """``request`` stamped as submitted now (end-to-end latency starts here)."""
-    return replace(request, submitted_at=time.time())
+    return structs.replace(request, submitted_at=time.time())
 
 
 if __name__ == "__main__":

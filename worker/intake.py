@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from itertools import chain
 from operator import attrgetter
+
+from msgspec import structs
 
 from batcher import Pending, prefix_key_of
 from worker.config import BatchingConfig, GenerationConfig
@@ -107,7 +109,7 @@ class Intake:
                 param=exc.param,
             )
             if request is None:  # rejected while decoding: still an answer in its batch
-                result = replace(result, batch_id=exc.batch_id, batch_total=exc.batch_total)
+                result = structs.replace(result, batch_id=exc.batch_id, batch_total=exc.batch_total)
             return Rejection(result, request.submitted_at if request else None)
 
     def _admit(
@@ -141,7 +143,7 @@ class Intake:
         if (request.enable_thinking is True) != sampling.enable_thinking:
             # the chat template renders it; unset reads as off (as the engines read it), so
             # only a configured True makes a copy
-            request = replace(request, enable_thinking=sampling.enable_thinking)
+            request = structs.replace(request, enable_thinking=sampling.enable_thinking)
         token_ids, inputs = self._tokens(request)
         ref = source.ref
         # n choices are n sequences: each holds the prompt and up to max_tokens

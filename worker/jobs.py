@@ -8,7 +8,9 @@ answer helpers build exactly one :class:`~worker.wire.messages.InferenceResult` 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+from msgspec import structs
 
 from worker.engines.base import Completion, EngineInput
 from worker.errors import ErrorCode
@@ -133,7 +135,7 @@ def failed(
     )
     if request is None:
         return result
-    return replace(
+    return structs.replace(
         result,
         batch_id=request.batch_id,
         batch_total=request.batch_total,

@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
-from dataclasses import replace
 from functools import partial
 from types import MappingProxyType
+
+from msgspec import structs
 
 from batcher import Partition
 from worker.config import KafkaConfig
@@ -200,7 +201,7 @@ def _over(exc: MessageTooLarge) -> str:
 def _over_limit(result: InferenceResult, message: str) -> InferenceResult:
     """``result`` as a 4003 failure without its text and metadata; ids, counts and timings
     stay, so that ``collect`` and ``status`` count it in its batch."""
-    return replace(
+    return structs.replace(
         result,
         status="failed",
         text="",

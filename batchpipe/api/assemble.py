@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import structs
 
 from batchpipe.api.records import BatchRecord, Counts, FileRecord, Usage
 from batchpipe.api.retention import expiry
@@ -86,7 +88,9 @@ def assemble(
             if stop is not None and not tally.complete:
                 identity = Identity(worker_id=API_IDENTITY, model=batch.model)
                 for req in iter_file(input_file, limits):
-                    stamped = replace(req, batch_id=batch.id, batch_total=batch.counts.total)
+                    stamped = structs.replace(
+                        req, batch_id=batch.id, batch_total=batch.counts.total
+                    )
                     answer = failed(
                         req.custom_id, stop.code, stop.message, identity=identity, request=stamped
                     )

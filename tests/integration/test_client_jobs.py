@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
+from msgspec import structs
 
 from batchpipe import BatchFileError, BatchNotFoundError, Client, CollectTimeoutError
 from batchpipe.collect import CLOCK_SKEW_S, open_reader, record_headers, records
@@ -165,7 +166,7 @@ def test_submit_round_trips_every_supported_field(kafka_config: Config, tmp_path
     published = {r.custom_id: r for r in read_requests(kafka_config)}
     assert len(published) == 3
     for line in EVERY_FIELD:
-        expected = replace(
+        expected = structs.replace(
             parse_line(line),
             batch_id=receipt.batch_id,
             batch_total=3,
@@ -210,7 +211,7 @@ def test_file_with_bad_lines_publishes_nothing(kafka_config: Config, tmp_path: P
 def test_collect_writes_one_line_per_custom_id(kafka_config: Config, tmp_path: Path) -> None:
     client = Client(kafka_config)
     batch_id, requests = submitted(client, tmp_path, 6)
-    other = [replace(requests[0], batch_id="another-batch")]
+    other = [structs.replace(requests[0], batch_id="another-batch")]
     answers = [answer(r, ok=r.custom_id != "r5") for r in requests]
     # a worker restart answered r0..r2 twice; another batch's result shares the topic
     publish_results(kafka_config, [*answers[:3], *map(answer, other), *answers[:3], *answers[3:]])

@@ -15,6 +15,7 @@ from uuid import uuid4
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from msgspec import structs
 
 from batcher import OffsetTracker
 from tests import ROOT
@@ -164,7 +165,7 @@ class PoisonEngine(EchoEngine):
 def test_a_failing_batch_is_split_and_only_the_bad_request_fails(kafka_config: Config) -> None:
     config = echo(kafka_config)
     batch = requests(30)
-    batch[7] = replace(batch[7], messages=(ChatMessage("user", "poison pill"),))
+    batch[7] = structs.replace(batch[7], messages=(ChatMessage("user", "poison pill"),))
     publish(config, batch)
     with running_worker(config, PoisonEngine()) as worker:
         results = read_results(config, 30)

@@ -9,6 +9,7 @@ import urllib.request
 from dataclasses import replace
 
 import pytest
+from msgspec import structs
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.harness import publish, publish_raw, read_results, read_topic
@@ -109,7 +110,9 @@ def test_metrics_count_exactly_the_traffic_sent(kafka_config: Config) -> None:
         )
         for i in range(40)
     ]
-    wrong_model = [replace(r, custom_id=f"bad-{i}", model="gpt-x") for i, r in enumerate(good[:3])]
+    wrong_model = [
+        structs.replace(r, custom_id=f"bad-{i}", model="gpt-x") for i, r in enumerate(good[:3])
+    ]
     publish(config, good + wrong_model)
     publish_raw(config, [(b"not a request", None), (b"\x00\x01", None)])
 

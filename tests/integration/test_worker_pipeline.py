@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 import zstandard
+from msgspec import structs
 
 from tests.integration.harness import (
     Record,
@@ -128,7 +129,7 @@ def test_limits_deadline_and_model_are_answered_with_their_codes(kafka_config: C
     requests = [
         chat(1, deadline=time.time() - 5),
         chat(2, model="some-other-model"),
-        replace(chat(3), messages=(ChatMessage("user", "x" * 300),)),
+        structs.replace(chat(3), messages=(ChatMessage("user", "x" * 300),)),
         chat(4),
     ]
     publish(config, requests)
@@ -163,7 +164,7 @@ def test_raw_producers_get_every_field_honoured_or_refused(kafka_config: Config)
             },
         ),
         line("choices", n=2, logprobs=True, top_logprobs=1, stream=False, user="u"),
-        encode_request(replace(chat(7), sampling=SamplingParams(n=3, logprobs=True))),
+        encode_request(structs.replace(chat(7), sampling=SamplingParams(n=3, logprobs=True))),
         (unknown, headers),
         (value, headers),
     ]

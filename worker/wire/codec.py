@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
+from msgspec import structs
 
 from worker.config import LimitsConfig
 from worker.errors import ErrorCode, RequestError
@@ -458,7 +459,7 @@ _RESULT_HEADERS = (
 def _escaped(res: InferenceResult) -> InferenceResult:
     """``res`` with every string made encodable as UTF-8."""
     error = res.error
-    return replace(
+    return structs.replace(
         res,
         custom_id=escaped(res.custom_id),
         batch_id=escaped(res.batch_id),

@@ -2,15 +2,23 @@
 
 These are the in-process form of the wire contract in ``proto/batchpipe/v1``;
 only :mod:`worker.wire.codec` converts between them and protobuf or JSON.
+
+They are frozen ``msgspec.Struct`` classes, not dataclasses: one is built for every
+request and answer, and a Struct is built, compared and read faster (issue 42, measured
+in docs/architecture.md section 2). They compare, hash, pickle and print like frozen
+dataclasses. A copy with some fields changed is ``msgspec.structs.replace(value, **changes)``
+and the field names are ``msgspec.structs.fields(value)`` (``dataclasses.replace`` and
+``dataclasses.fields`` refuse them); the fields as a dict are ``msgspec.structs.asdict``.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, TypeVar
+
+import msgspec
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 #: content_filter: a remote server's filter cut the answer (engine.kind openai passes it on)
@@ -29,8 +37,7 @@ def _frozen(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
     return MappingProxyType(dict(mapping or {}))
 
 
-@dataclass(frozen=True)
-class ChatMessage:
+class ChatMessage(msgspec.Struct, frozen=True):
     role: str
     content: str
 
@@ -38,8 +45,7 @@ class ChatMessage:
 ResponseFormatType = Literal["text", "json_object", "json_schema"]
 
 
-@dataclass(frozen=True)
-class ResponseFormat:
+class ResponseFormat(msgspec.Struct, frozen=True):
     """The shape the output must take (OpenAI's ``response_format``).
 
     ``text``: free text (the default). ``json_object``: one JSON object. ``json_schema``:
@@ -67,8 +73,7 @@ class ResponseFormat:
         return self.type == "json_schema" and self.strict is not False
 
 
-@dataclass(frozen=True)
-class SamplingParams:
+class SamplingParams(msgspec.Struct, frozen=True):
     """Generation settings as requested. ``None`` means unset: the worker's configured
     default for ``max_tokens`` and ``temperature``, the setting off for the others.
 
@@ -116,8 +121,7 @@ def remember(table: dict[K, V], key: K, value: V, most: int) -> None:
     table[key] = value
 
 
-@dataclass(frozen=True)
-class InferenceRequest:
+class InferenceRequest(msgspec.Struct, frozen=True):
     """One request. Exactly one of ``messages``, ``prompt``, ``prompt_token_ids`` or
     ``embedding_inputs`` is set; ``encoding_format`` and ``dimensions`` belong to the last
     (``/v1/embeddings``), ``sampling`` and ``enable_thinking`` to the others.
@@ -135,7 +139,7 @@ class InferenceRequest:
     prompt_token_ids: tuple[int, ...] = ()
     sampling: SamplingParams = SamplingParams()
     enable_thinking: bool | None = None
-    metadata: Mapping[str, str] = field(default_factory=_frozen)
+    metadata: Mapping[str, str] = msgspec.field(default_factory=_frozen)
     priority: int = 0
     deadline: float | None = None  # unix seconds
     submitted_at: float | None = None  # unix seconds
@@ -156,8 +160,7 @@ class InferenceRequest:
         return "embeddings" if self.embedding_inputs else "completions"
 
 
-@dataclass(frozen=True)
-class Usage:
+class Usage(msgspec.Struct, frozen=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0
@@ -167,8 +170,7 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
 
-@dataclass(frozen=True)
-class TokenLogprob:
+class TokenLogprob(msgspec.Struct, frozen=True):
     """One generated token: its text, its log probability, the likeliest tokens there."""
 
     token: str
@@ -180,8 +182,7 @@ class TokenLogprob:
 Logprobs = tuple[TokenLogprob, ...] | None
 
 
-@dataclass(frozen=True)
-class Choice:
+class Choice(msgspec.Struct, frozen=True):
     """One completion of a request; a request with ``n`` > 1 has ``n`` of them."""
 
     text: str
@@ -189,8 +190,7 @@ class Choice:
     logprobs: Logprobs = None
 
 
-@dataclass(frozen=True)
-class ErrorInfo:
+class ErrorInfo(msgspec.Struct, frozen=True):
     """An error's code, its message and the request field at fault ("" when none is)."""
 
     code: int
@@ -198,8 +198,7 @@ class ErrorInfo:
     param: str = ""
 
 
-@dataclass(frozen=True)
-class Timings:
+class Timings(msgspec.Struct, frozen=True):
     """Seconds spent by a request: waiting for admission, in the batcher, in the engine."""
 
     queued_s: float = 0.0
@@ -207,8 +206,7 @@ class Timings:
     engine_s: float = 0.0
 
 
-@dataclass(frozen=True)
-class InferenceResult:
+class InferenceResult(msgspec.Struct, frozen=True):
     """The one answer to a request: a completion (``status == "completed"``) or an error.
 
     ``text``, ``finish_reason`` and ``logprobs`` are the first choice's; a request with
@@ -221,7 +219,7 @@ class InferenceResult:
     custom_id: str
     batch_id: str = ""
     batch_total: int = 0
-    metadata: Mapping[str, str] = field(default_factory=_frozen)
+    metadata: Mapping[str, str] = msgspec.field(default_factory=_frozen)
     status: Status = "completed"
     text: str = ""
     finish_reason: FinishReason = "stop"

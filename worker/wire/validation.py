@@ -14,7 +14,6 @@ import json
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import fields
 
 import jsonschema
 
@@ -187,10 +186,9 @@ def _check_responses(req: InferenceRequest) -> None:
             raise _invalid(req, f"input role {message.role!r} is not one of {roles}", "input")
     unset = SamplingParams()
     asked = [
-        f.name
-        for f in fields(unset)
-        if f.name not in RESPONSES_SETTINGS
-        and getattr(req.sampling, f.name) != getattr(unset, f.name)
+        name
+        for name in SamplingParams.__struct_fields__
+        if name not in RESPONSES_SETTINGS and getattr(req.sampling, name) != getattr(unset, name)
     ]
     asked += ["enable_thinking"] if req.enable_thinking is not None else []
     if asked:
@@ -208,7 +206,9 @@ def _check_embeddings(req: InferenceRequest) -> None:
         return
     unset = SamplingParams()
     asked = [
-        f.name for f in fields(unset) if getattr(req.sampling, f.name) != getattr(unset, f.name)
+        name
+        for name in SamplingParams.__struct_fields__
+        if getattr(req.sampling, name) != getattr(unset, name)
     ]
     asked += ["enable_thinking"] if req.enable_thinking is not None else []
     if asked:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import replace
+
+from msgspec import structs
 
 from batchpipe.api.follow import ResultsFollower
 from batchpipe.api.records import BatchRecord, Counts
@@ -42,7 +43,9 @@ def write_results(config: Config, batch_id: str, count: int, at: float, total: i
     identity = Identity(worker_id="bench", model="echo")
     for i in range(count):
         answer = failed(f"r{i}", ErrorCode.ENGINE_FAILED, "x", identity=identity)
-        value, encoded = encode_result(replace(answer, batch_id=batch_id, batch_total=total))
+        value, encoded = encode_result(
+            structs.replace(answer, batch_id=batch_id, batch_total=total)
+        )
         headers: list[tuple[str, str | bytes | None]] = list(encoded)
         while True:
             try:

@@ -6,6 +6,8 @@ import itertools
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
+from msgspec import structs
+
 from batcher import Pending
 from worker.config import BatchingConfig, GenerationConfig
 from worker.engines.base import Engine, ResolvedSampling
@@ -103,7 +105,7 @@ def test_every_resolved_setting_is_in_the_dedup_key() -> None:
         "n": 2,
         "logprobs": True,
         "top_logprobs": 2,
-        "response_format": replace(greedy.response_format, type="json_object"),
+        "response_format": structs.replace(greedy.response_format, type="json_object"),
     }
     assert set(changed) == {f.name for f in fields(ResolvedSampling)}
     base = _dedup_key((1, 2), greedy)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pytest
+from msgspec import structs
 
 from batchpipe.api import follow as follow_module
 from batchpipe.api.follow import ResultsFollower
@@ -49,7 +50,9 @@ class _Topic:
         self.records = []
         for offset, (batch_id, custom_id, total) in enumerate(answers):
             answer = failed(custom_id, ErrorCode.ENGINE_FAILED, "x", identity=identity)
-            value, headers = encode_result(replace(answer, batch_id=batch_id, batch_total=total))
+            value, headers = encode_result(
+                structs.replace(answer, batch_id=batch_id, batch_total=total)
+            )
             self.records.append(_Record(value, list(headers), offset))
         self.next = 0
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from msgspec import structs
 
 from batchpipe.api.quota import LIMIT_CODE
 from batchpipe.api.records import FileRecord
@@ -28,7 +29,7 @@ def _upload(svc: Any, owner: str, lines: int) -> FileRecord:
 def test_the_estimate_is_prompt_characters_over_4_plus_max_tokens() -> None:
     chat = InferenceRequest("a", messages=(ChatMessage("user", "x" * 9),))
     assert request_tokens(chat, 256) == 3 + 256
-    capped = replace(chat, sampling=SamplingParams(max_tokens=10))
+    capped = structs.replace(chat, sampling=SamplingParams(max_tokens=10))
     assert request_tokens(capped, 256) == 3 + 10
     assert request_tokens(InferenceRequest("b", prompt_token_ids=(1, 2, 3, 4, 5)), 0) == 5
     assert request_tokens(InferenceRequest("c", embedding_inputs=("abcd", "ef")), 256) == 2

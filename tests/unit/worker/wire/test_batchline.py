@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
+from msgspec import structs
 
 from worker.errors import ErrorCode, RequestError
 from worker.wire.batchline import parse_line, request_to_line
@@ -200,7 +201,7 @@ BASE = InferenceRequest("v-1", messages=(ChatMessage("user", "Hi"),))
     ],
 )
 def test_values_out_of_range_are_4002(changes: dict[str, Any]) -> None:
-    req = InferenceRequest(**{**BASE.__dict__, **changes})
+    req = structs.replace(BASE, **changes)
     with pytest.raises(RequestError) as info:
         validate_request(req)
     assert (info.value.code, info.value.custom_id) == (ErrorCode.INVALID_PARAMETER, "v-1")

@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 import json
 import tracemalloc
-from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
 import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
+from msgspec import structs
 
 from worker.config import LimitsConfig
 from worker.errors import ErrorCode, RequestError
@@ -111,7 +111,7 @@ samplings = st.builds(
     logprobs=st.just(None),
 ).flatmap(
     lambda s: st.sampled_from([None, *range(6)]).map(
-        lambda k: s if k is None else replace(s, logprobs=True, top_logprobs=k)
+        lambda k: s if k is None else structs.replace(s, logprobs=True, top_logprobs=k)
     )
 )
 messages = st.lists(

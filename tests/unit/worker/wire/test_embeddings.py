@@ -7,11 +7,11 @@ import base64
 import itertools
 import json
 import struct
-from dataclasses import replace
 from typing import Any
 
 import jsonschema
 import pytest
+from msgspec import structs
 
 from tests import ROOT
 from tests.openai_sdk import CreateEmbeddingResponse, decoded_vector, sdk_line
@@ -96,7 +96,9 @@ def test_line_and_protobuf_round_trips() -> None:
 def test_protobuf_refuses_options_of_the_other_endpoint() -> None:
     texts = InferenceRequest(custom_id="p", embedding_inputs=("x",))
     with pytest.raises(RequestError) as info:
-        decode_request(*encode_request(replace(texts, sampling=SamplingParams(n=2))), LIMITS)
+        decode_request(
+            *encode_request(structs.replace(texts, sampling=SamplingParams(n=2))), LIMITS
+        )
     assert info.value.param == "n"
     chat = InferenceRequest(custom_id="c", prompt="x", encoding_format="base64")
     with pytest.raises(RequestError) as info:

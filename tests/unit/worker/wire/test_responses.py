@@ -6,11 +6,11 @@ against the parser by test_fields.py)."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
 import pytest
+from msgspec import structs
 
 from tests.openai_sdk import Response, sdk_line
 from worker.config import BatchingConfig, GenerationConfig
@@ -196,17 +196,21 @@ def test_a_line_round_trips_through_json_and_protobuf() -> None:
 def test_protobuf_holds_only_what_a_responses_body_can_say() -> None:
     base = InferenceRequest("r-1", messages=(ChatMessage("user", "hi"),), responses=True)
     with pytest.raises(RequestError) as info:
-        decode_request(*encode_request(replace(base, sampling=SamplingParams(stop=("x",)))), LIMITS)
+        decode_request(
+            *encode_request(structs.replace(base, sampling=SamplingParams(stop=("x",)))), LIMITS
+        )
     assert (info.value.code, info.value.param) == (ErrorCode.INVALID_PARAMETER, "stop")
     with pytest.raises(RequestError) as info:
-        decode_request(*encode_request(replace(base, messages=(ChatMessage("tool", "x"),))), LIMITS)
+        decode_request(
+            *encode_request(structs.replace(base, messages=(ChatMessage("tool", "x"),))), LIMITS
+        )
     assert info.value.param == "input"
     # a responses request without messages, or an endpoint the input contradicts
     prompt = InferenceRequest("r-1", prompt="x")
     with pytest.raises(RequestError) as info:
         decode_request(*with_endpoint(prompt, RESPONSES), LIMITS)
     assert info.value.param == "input"
-    chat = replace(base, responses=False)
+    chat = structs.replace(base, responses=False)
     with pytest.raises(RequestError) as info:
         decode_request(*with_endpoint(chat, COMPLETIONS), LIMITS)
     assert info.value.param == "endpoint"
@@ -244,7 +248,7 @@ def test_a_completed_answer_is_an_sdk_response() -> None:
 
 
 def test_an_answer_cut_by_length_is_incomplete() -> None:
-    body = sdk_line(format_output_line(replace(RESULT, finish_reason="length")))
+    body = sdk_line(format_output_line(structs.replace(RESULT, finish_reason="length")))
     assert isinstance(body, Response)
     assert body.status == "incomplete"
     assert body.incomplete_details is not None
@@ -253,7 +257,7 @@ def test_an_answer_cut_by_length_is_incomplete() -> None:
 
 
 def test_a_failed_responses_request_is_an_error_line() -> None:
-    failed = replace(RESULT, status="failed", error=ErrorInfo(4002, "no", "text"))
+    failed = structs.replace(RESULT, status="failed", error=ErrorInfo(4002, "no", "text"))
     assert format_error_line(failed)["response"]["body"]["error"]["param"] == "text"
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import fields, replace
+from dataclasses import fields
 from types import MappingProxyType
 from typing import Any
 
 import jsonschema
 import pytest
+from msgspec import structs
 
 from tests import ROOT
 from worker.config import Config, ConfigError, load_config
@@ -129,7 +130,9 @@ def test_formatted_lines_match_their_schemas() -> None:
         ("responses", "content_filter"),
     )
     for endpoint, finish in ends:
-        line = format_output_line(replace(completed, endpoint=endpoint, finish_reason=finish))
+        line = format_output_line(
+            structs.replace(completed, endpoint=endpoint, finish_reason=finish)
+        )
         OUTPUT.validate(line)
         assert not ERROR.is_valid(line)
     for code in ErrorCode:

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import pytest
 from cryptography import x509
+from msgspec import structs
 
 from batcher import Pending
 from bench.openai_standin import StandIn
@@ -112,7 +113,9 @@ def test_enable_thinking_is_sent_when_the_request_or_the_configuration_sets_it(
             engine, Identity("w", "m"), BatchingConfig(), generation, CodecLimits(4096, 4096)
         )
         admitted = intake.take(
-            Source("t", 0, 0), *encode_request(replace(request, enable_thinking=thinking)), 0.0
+            Source("t", 0, 0),
+            *encode_request(structs.replace(request, enable_thinking=thinking)),
+            0.0,
         )
         assert isinstance(admitted, Pending), admitted
         job: Job = admitted.payload

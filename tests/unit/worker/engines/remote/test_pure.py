@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from msgspec import structs
 from openai.types import Completion as SdkCompletion
 from openai.types.chat import ChatCompletion
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
@@ -325,7 +325,7 @@ def test_a_content_filter_stop_is_kept_through_the_wire_and_reads_with_the_sdk()
         ("responses", Response),
     )
     for endpoint, sdk_type in sdk_types:
-        body = format_output_line(replace(back, endpoint=endpoint))["response"]["body"]
+        body = format_output_line(structs.replace(back, endpoint=endpoint))["response"]["body"]
         parsed = sdk_type.model_validate(body, strict=False)
         if isinstance(parsed, Response):
             assert parsed.status == "incomplete" and parsed.incomplete_details is not None
