@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from batchpipe import BatchNotFoundError, BatchpipeError, CollectTimeoutError, cli
-from batchpipe.cli import duration, format_status, main
+from batchpipe import BatchNotFoundError, BatchpipeError, CollectTimeoutError
+from batchpipe.cli import config, duration, format_status, main
 from batchpipe.collect import BatchStatus
 from tests import ROOT
 from worker.config import Config, ConfigError
@@ -112,7 +112,7 @@ def test_a_batchpipe_error_is_one_line_with_its_code_and_exit_code(
     def fail(args: object) -> Config:
         raise error
 
-    monkeypatch.setattr(cli, "load", fail)
+    monkeypatch.setattr(config, "load", fail)  # where status reads it
     assert main(["status", "b", "--bootstrap", UNUSED_BOOTSTRAP]) == exit_code
     assert capsys.readouterr().err == line + "\n"
 
