@@ -138,17 +138,14 @@ class Mover:
         for stop in step.stops:  # workers answer the batch 4007 (worker/feeder/plan.py)
             p.produce(self._control, key=stop.batch_id.encode(), value=stop.encode())
         # each to a worker with credit; a newcomer's first slice beyond it
-        placed = self.credits.place(step.shared, over=step.shared - room)
-        within = len(placed) - self.credits.beyond  # the rest are beyond credit
-        places = iter(enumerate(placed))
+        overdrawn = max(0, step.shared - room)
+        placed = self.credits.place(step.shared, over=overdrawn)
         for _, records in step.slices[: step.drains]:  # answered at admission by any reader
             for m in records:
                 forward(p, self._requests, self._dead_letters, m, self._drained)
         # each request its own tag, written lowest first; the workers start the lowest
         # of what they hold first (§10)
-        for m, tag in step.shared_in_tag_order():
-            j, partition = next(places, (0, None))
-            over = partition is not None and j >= within
+        for m, tag, partition, over in step.written(placed, self.credits.beyond, overdrawn):
             done = self._delivered_over if over else self._delivered
             if (
                 not forward(p, self._requests, self._dead_letters, m, done, partition, tag)

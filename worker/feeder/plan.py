@@ -92,15 +92,35 @@ class Step:
     def moved(self) -> int:
         return sum(len(records) for _, records in self.slices)
 
-    def shared_in_tag_order(self) -> list[tuple[Message, float]]:
-        """The shared records, each with its own virtual tag, lowest tag first (equal
-        tags in slice order, a slice's own order kept): the order a worker would start
-        them in, so the order they are written in. A worker reads its partition in order
-        and reorders only what it holds, so slices written one after the other were
-        started one after the other: several newly active batches fed in one step now
-        reach it a request of each in turn."""
-        shared = [records for _, records in self.slices[self.drains :]]
-        return in_tag_order(list(zip(self.tags, shared, strict=True)))
+    def written(
+        self, placed: Sequence[int], beyond: int, over: int
+    ) -> list[tuple[Message, float, int | None, bool]]:
+        """The shared records in the order they are written, each with its own virtual tag,
+        its partition and whether it is fed beyond credit: lowest tag first (equal tags in
+        slice order, a slice's own order kept), the order a worker would start them in. A
+        worker reads its partition in order and reorders only what it holds, so slices
+        written one after the other were started one after the other: several newly active
+        batches fed in one step now reach it a request of each in turn.
+
+        ``placed`` is :meth:`Credits.place`'s answer, the places within credit first and
+        the last ``beyond`` of them beyond it; the records fed beyond credit are the last
+        ``over`` in slice order (what fair share served once the room was spent, a newly
+        active batch's first slice). Each kind takes its own places, in write order, so the
+        labels stay on those records although a newcomer's low tags write them first; a
+        record left without a place has None."""
+        first_over = self.shared - over
+        within, extra = iter(placed[: len(placed) - beyond]), iter(placed[len(placed) - beyond :])
+        numbered: list[tuple[tuple[float, float], list[tuple[int, Message]]]] = []
+        n = 0
+        for start, (_, records) in zip(self.tags, self.slices[self.drains :], strict=True):
+            numbered.append((start, list(enumerate(records, n))))
+            n += len(records)
+        out: list[tuple[Message, float, int | None, bool]] = []
+        for (i, m), tag in in_tag_order(numbered):
+            is_over = i >= first_over
+            partition = next(extra if is_over else within, None)
+            out.append((m, tag, partition, is_over and partition is not None))
+        return out
 
 
 def in_tag_order(

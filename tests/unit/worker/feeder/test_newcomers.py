@@ -21,7 +21,7 @@ from worker.demand import Demand
 from worker.feeder.credits import Credits
 from worker.feeder.forward import forward
 from worker.feeder.headers import MAX_NUMBER_CHARS, TAG_HEADER, tag_of, with_tag
-from worker.feeder.plan import in_tag_order
+from worker.feeder.plan import Step, in_tag_order
 
 
 def test_a_newly_active_batch_is_served_beyond_the_room_once() -> None:
@@ -177,14 +177,39 @@ def test_a_steps_shared_records_are_written_lowest_tag_first() -> None:
     feeder.planner.note(records)
     step = feeder.planner.plan(0, 64, fresh=64)
     assert [(b, len(r)) for b, r in step.slices] == [(f"c{k}", 2) for k in range(4)]
-    written = [(m.offset(), tag) for m, tag in step.shared_in_tag_order()]
+    written = [(m.offset(), tag) for m, tag, _, _ in step.written([], 0, 0)]
     assert written == [
         *((100 * k, 0.0) for k in range(4)),
         *((100 * k + 1, 9.0) for k in range(4)),
     ]
     later = feeder.planner.plan(16, 64)  # served: whole slices (a quantum, 4), in tag order
     assert [len(r) for _, r in later.slices] == [4, 4, 4, 4]
-    assert [m.offset() for m, _ in later.shared_in_tag_order()][:4] == [2, 102, 202, 302]
+    assert [m.offset() for m, *_ in later.written([], 0, 0)][:4] == [2, 102, 202, 302]
+
+
+def test_the_records_fed_beyond_credit_keep_their_label_when_written_first() -> None:
+    """Review s5 #1: a step with a served batch's slice within the room and a newcomer's
+    first slice beyond it (tag 0, so written first). The newcomer's records take the
+    places beyond credit and count as overdraft; the served batch's take the credit's,
+    whatever the write order (the overdraft comes back as the worker reads *them*)."""
+    old = [record(o, "old") for o in range(4)]
+    new = [record(100 + o, "new") for o in range(2)]
+    step = Step(slices=[("old", old), ("new", new)], tags=[(50.0, 1.0), (0.0, 1.0)], shared=6)
+    placed = [3, 3, 3, 3, 5, 5]  # Credits.place: four within credit, then two beyond
+    written = [(m.offset(), p, over) for m, _, p, over in step.written(placed, 2, 2)]
+    assert written == [
+        (100, 5, True),  # the newcomer first (lowest tags), on the places beyond credit
+        (101, 5, True),
+        (0, 3, False),
+        (1, 3, False),
+        (2, 3, False),
+        (3, 3, False),
+    ]
+    # credit ran short: one place within, none beyond; the rest are written unplaced
+    short = [(m.offset(), p, over) for m, _, p, over in step.written([3], 0, 2)]
+    assert short == [(100, None, False), (101, None, False), (0, 3, False)] + [
+        (o, None, False) for o in (1, 2, 3)
+    ]
 
 
 def test_in_tag_order_is_stable_and_keeps_each_slices_order() -> None:

@@ -64,14 +64,15 @@ class FullFleet:
         """One feed step as the mover takes it; returns per worker how many went beyond."""
         room = self.credits.room()
         step = feeder.planner.plan(room, STEP_MAX, self.credits.overdraft())
-        placed = self.credits.place(step.shared, over=step.shared - room)
+        over = max(0, step.shared - room)
+        placed = self.credits.place(step.shared, over=over)
         assert len(placed) == step.shared  # every record fed has a place
-        within = len(placed) - self.credits.beyond
         beyond = [0] * WORKERS
-        for j, partition in enumerate(placed):
-            self.credits.delivered(partition, self.ends[partition], over=j >= within)
+        for _, _, partition, fed_over in step.written(placed, self.credits.beyond, over):
+            assert partition is not None
+            self.credits.delivered(partition, self.ends[partition], over=fed_over)
             self.ends[partition] += 1
-            beyond[partition] += j >= within
+            beyond[partition] += fed_over
         return beyond
 
     def read_all(self) -> None:
