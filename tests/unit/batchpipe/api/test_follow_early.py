@@ -43,7 +43,10 @@ class _Record:
 
 
 class _Topic:
-    """One partition of answers, read one record a poll; None once at its end."""
+    """One partition of answers, fetched ``FETCH`` at a time: a poll that may wait fetches
+    the next ones once the fetched are read, a poll that may not returns None there."""
+
+    FETCH = 10
 
     def __init__(self, answers: list[tuple[str, str, int]]) -> None:
         identity = Identity(worker_id="w", model="echo")
@@ -55,9 +58,12 @@ class _Topic:
             )
             self.records.append(_Record(value, list(headers), offset))
         self.next = 0
+        self.fetched = 0
 
     def poll(self, timeout: float = 0) -> _Record | None:
-        if self.next >= len(self.records):
+        if self.next >= self.fetched and timeout > 0:
+            self.fetched = min(len(self.records), self.fetched + self.FETCH)
+        if self.next >= self.fetched:
             time.sleep(min(timeout, 0.01))
             return None
         self.next += 1
@@ -102,12 +108,27 @@ def test_the_read_stops_at_the_answer_that_completes_a_batch(topic: _Topic) -> N
     assert follower.follow(active) is True  # stopped early: more may be waiting
     small = follower.tally("small")
     assert small is not None and small.complete
-    assert follower.records_read == 8  # not the 200 answers behind it
+    # what was fetched with it is counted (without a wait), not the 198 answers behind it
+    assert follower.records_read == _Topic.FETCH
     # the next read goes on from there, to the end of what is written
     while follower.records_read < len(topic.records):
         assert follower.follow(active) is False
     big = follower.tally("big")
     assert big is not None and big.answered == 205 and not big.complete
+
+
+def test_batches_completing_together_end_in_one_read(topic: _Topic) -> None:
+    """Review s5 #2: a pass per completed batch was a full lifecycle step each, back to
+    back, for a burst of small batches answered together."""
+    follower = ResultsFollower(Config())
+    topic.records[8:8] = _Topic([("tiny", "t0", 1)]).records
+    for offset, record in enumerate(topic.records):
+        record._offset = offset
+    active = [_batch("big", 1_000), _batch("small", 3), _batch("tiny", 1)]
+    assert follower.follow(active) is True
+    for done in ("small", "tiny"):
+        tally = follower.tally(done)
+        assert tally is not None and tally.complete, done
 
 
 def test_a_repeated_last_answer_does_not_stop_the_read_again(topic: _Topic) -> None:
@@ -117,6 +138,6 @@ def test_a_repeated_last_answer_does_not_stop_the_read_again(topic: _Topic) -> N
         record._offset = offset
     active = [_batch("big", 1_000), _batch("small", 3)]
     assert follower.follow(active) is True
-    assert follower.records_read == 8
+    assert follower.records_read == _Topic.FETCH
     while follower.records_read < len(topic.records):  # the repeat stops nothing
         assert follower.follow(active) is False
