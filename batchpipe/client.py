@@ -323,6 +323,7 @@ class Client:
                 produce(producer, topic, None, None, end_marker(batch_id, share, key, count))
             producer.commit_transaction(TRANSACTION_LIFETIME_S)
         except BaseException:
+            clients.forget_topics(kafka.bootstrap_servers)  # a topic may be gone: ask again
             with contextlib.suppress(KafkaException):
                 producer.abort_transaction(TRANSACTION_TIMEOUT_S)
             raise

@@ -19,6 +19,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from worker.errors import BatchpipeError
+from worker.kafka import clients
 
 HOST = "127.0.0.1"
 
@@ -102,6 +103,7 @@ class EmbeddedBroker:
         return self._process.wait()
 
     def stop(self, timeout_s: float = 10.0) -> None:
+        clients.forget_topics(self.bootstrap)  # it keeps nothing: a new one here has no topics
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return

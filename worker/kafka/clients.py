@@ -152,11 +152,18 @@ def admin(kafka: KafkaConfig) -> AdminClient:
 #: ``batchpipe serve`` publishes every batch through :func:`ensure_topics` (the requests,
 #: results and pending topics), and each call made an admin client and listed every topic,
 #: 2-55 ms a call on the embedded broker, twice a batch — a tenth of a 10-request batch's
-#: time through the API. One deleted under a running process is created again by the next
-#: call after this long; until then producing to it fails, and the caller retries.
+#: time through the API. A publish that fails forgets what is known of its broker
+#: (:func:`forget_topics`), as does an embedded broker that stops (it keeps nothing), so a
+#: topic deleted under a running process is created again by the next publish.
 KNOWN_S = 60.0
 _KNOWN: dict[tuple[str, str], float] = {}  # (bootstrap, topic) -> when it was known to exist
 _KNOWN_KEPT = 4_096
+
+
+def forget_topics(bootstrap_servers: str) -> None:
+    """Forget which topics are known to exist behind ``bootstrap_servers``."""
+    for known in [k for k in _KNOWN if k[0] == bootstrap_servers]:
+        del _KNOWN[known]
 
 
 def ensure_topics(

@@ -65,3 +65,16 @@ def test_a_topic_known_to_exist_is_not_asked_about_again(
     broker.topics.discard("results")
     assert clients.ensure_topics(kafka, ["results"]) == ["results"]
     assert broker.listed == 4
+
+
+def test_a_failed_publish_or_a_stopped_broker_forgets_what_is_known(broker: _Admin) -> None:
+    """Review s5 #3: an embedded broker keeps nothing across a restart on its address."""
+    here, there = KafkaConfig(bootstrap_servers="b:9092"), KafkaConfig(bootstrap_servers="c:1")
+    clients.ensure_topics(here, ["requests"])
+    clients.ensure_topics(there, ["requests"])
+    assert broker.listed == 2
+    clients.forget_topics("b:9092")
+    clients.ensure_topics(there, ["requests"])
+    assert broker.listed == 2  # the other broker's are still known
+    clients.ensure_topics(here, ["requests"])
+    assert broker.listed == 3  # asked again
