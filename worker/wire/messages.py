@@ -7,8 +7,9 @@ They are frozen ``msgspec.Struct`` classes, not dataclasses: one is built for ev
 request and answer, and a Struct is built, compared and read faster (issue 42, measured
 in docs/architecture.md section 2). They compare, hash, pickle and print like frozen
 dataclasses. A copy with some fields changed is ``msgspec.structs.replace(value, **changes)``
-and the field names are ``msgspec.structs.fields(value)`` (``dataclasses.replace`` and
-``dataclasses.fields`` refuse them); the fields as a dict are ``msgspec.structs.asdict``.
+and the field names are ``type(value).__struct_fields__`` (``msgspec.structs.fields``
+gives their ``FieldInfo``; ``dataclasses.replace`` and ``dataclasses.fields`` refuse
+them); the fields as a dict are ``msgspec.structs.asdict``.
 """
 
 from __future__ import annotations
