@@ -32,6 +32,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import count
 from typing import TypeVar
 
 from confluent_kafka import KafkaException, Message
@@ -110,11 +111,11 @@ class Step:
         record left without a place has None."""
         first_over = self.shared - over
         within, extra = iter(placed[: len(placed) - beyond]), iter(placed[len(placed) - beyond :])
-        numbered: list[tuple[tuple[float, float], list[tuple[int, Message]]]] = []
-        n = 0
-        for start, (_, records) in zip(self.tags, self.slices[self.drains :], strict=True):
-            numbered.append((start, list(enumerate(records, n))))
-            n += len(records)
+        number = count()  # each record's place in slice order
+        numbered = [
+            (start, [(next(number), m) for m in records])
+            for start, (_, records) in zip(self.tags, self.slices[self.drains :], strict=True)
+        ]
         out: list[tuple[Message, float, int | None, bool]] = []
         for (i, m), tag in in_tag_order(numbered):
             is_over = i >= first_over

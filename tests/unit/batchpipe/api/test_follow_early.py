@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from msgspec import structs
@@ -14,6 +14,7 @@ from msgspec import structs
 from batchpipe.api import follow as follow_module
 from batchpipe.api.follow import ResultsFollower
 from batchpipe.api.records import BatchRecord, Counts
+from tests.unit.batchpipe.api.test_records import BATCH
 from worker.config import Config
 from worker.errors import ErrorCode
 from worker.jobs import Identity, failed
@@ -77,17 +78,7 @@ class _Topic:
 
 
 def _batch(batch_id: str, total: int) -> BatchRecord:
-    return BatchRecord(
-        id=batch_id,
-        owner="k",
-        input_file_id="file-x",
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
-        created_at=0,
-        expires_at=86400,
-        status="in_progress",
-        counts=Counts(total=total),
-    )
+    return replace(BATCH, id=batch_id, status="in_progress", counts=Counts(total=total))
 
 
 @pytest.fixture
