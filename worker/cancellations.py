@@ -72,7 +72,10 @@ class Stop:
     @classmethod
     def decode(cls, value: bytes) -> Stop:
         """Raises ``ValueError`` for a value that is not a stop record."""
-        doc = json.loads(value)
+        try:
+            doc = json.loads(value)
+        except RecursionError as exc:  # [[[[…: anyone who can write the topic may send it
+            raise ValueError("a control record nested too deep") from exc
         if not isinstance(doc, dict):
             raise ValueError("a control record is a JSON object")
         batch_id, reason, at = doc.get("batch_id"), doc.get("reason"), doc.get("at")

@@ -13,7 +13,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import jsonschema
 
@@ -29,6 +29,11 @@ MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs
 MAX_EMBEDDING_INPUTS = 2048  # OpenAI's bound on the texts of one embeddings request
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+#: the deepest a ``response_format`` schema's JSON may nest: far beyond a real schema
+#: (OpenAI's structured outputs allow 10 levels of schema nesting, about 20 of JSON), far
+#: below what the parser and the schema checker recurse through
+MAX_SCHEMA_DEPTH = 64
 
 
 # The only code points UTF-8 cannot encode. JSON can still carry them (``"\ud800"``), and
@@ -226,18 +231,41 @@ def _check_embeddings(req: InferenceRequest) -> None:
 
 @functools.lru_cache(maxsize=256)
 def schema_problem(text: str) -> str:
-    """Why ``text`` is not a JSON Schema object ("" when it is one); cached per schema."""
+    """Why ``text`` is not a JSON Schema object ("" when it is one); cached per schema.
+
+    Nesting is bounded (:data:`MAX_SCHEMA_DEPTH`) before anything walks the schema
+    recursively: ``[`` × 3,000 made the parser raise ``RecursionError``, which no request
+    error catches, and the worker crashed on the record, and again on every restart."""
     try:
         schema = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "not JSON"
     if not isinstance(schema, dict):
         return "must be a JSON Schema object"
+    if nesting(schema) > MAX_SCHEMA_DEPTH:
+        return f"nested deeper than {MAX_SCHEMA_DEPTH} levels"
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
         return f"not a valid JSON Schema: {exc.message}"
     return ""
+
+
+def nesting(value: object) -> int:
+    """How deep ``value``'s arrays and objects nest (1 for a flat one, 0 for a scalar),
+    counted without recursion and no further than one level past :data:`MAX_SCHEMA_DEPTH`."""
+    deepest, stack = 0, [(value, 1)]
+    while stack and deepest <= MAX_SCHEMA_DEPTH:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def validate_request(req: InferenceRequest, *, utf8: bool = False, shared: bool = False) -> None:

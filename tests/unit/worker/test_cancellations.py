@@ -19,11 +19,12 @@ def test_stop_records_round_trip_and_bad_ones_are_skipped() -> None:
     stop = Stop("b1", "expired", 12.5)
     assert Stop.decode(stop.encode()) == stop
     assert stop.code == ErrorCode.BATCH_EXPIRED
-    for bad in (b"[]", b"{}", b'{"batch_id": "b", "reason": "x", "at": 1}', b"\xff"):
+    nested = b"[" * 50_000  # past the parser's recursion limit
+    for bad in (b"[]", b"{}", b'{"batch_id": "b", "reason": "x", "at": 1}', b"\xff", nested):
         with pytest.raises(ValueError):
             Stop.decode(bad)
     control = FakeControl()
-    control.values.extend([b"junk", stop.encode(), stop.encode()])
+    control.values.extend([b"junk", nested, stop.encode(), stop.encode()])
     stops = Cancellations(control)
     assert stops.poll() == {"b1": stop}
     assert stops.poll() == {}

@@ -41,7 +41,7 @@ from worker.wire.messages import (
     TokenLogprob,
     Usage,
 )
-from worker.wire.validation import INT32_MAX, INT64_MAX, INT64_MIN, MAX_STOP, ROLES
+from worker.wire.validation import INT32_MAX, INT64_MAX, INT64_MIN, MAX_STOP, ROLES, nesting
 
 LIMITS = CodecLimits(max_message_bytes=64 * 1024, max_decompressed_bytes=1 << 20)
 JSON_HEADERS = [(CONTENT_TYPE, JSON_CONTENT_TYPE.encode())]
@@ -327,6 +327,28 @@ def test_invalid_parameter_is_4002_and_keeps_the_custom_id() -> None:
     assert expect_error(ErrorCode.INVALID_PARAMETER, *encode_request(bad)).custom_id == "req-1"
     line = json.dumps(request_to_line(bad)).encode()
     assert expect_error(ErrorCode.INVALID_PARAMETER, line, JSON_HEADERS).custom_id == "req-1"
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        "[" * 3_000,  # past the parser's recursion limit
+        '{"a":' * 3_000,
+        # parses, but nests 801 deep: refused before the schema checker recurses through it
+        '{"type":"object","properties":'
+        + '{"a":{"type":"object","properties":' * 400
+        + "{}"
+        + "}}" * 400
+        + "}",
+    ],
+)
+def test_a_schema_nested_too_deep_is_4002_not_a_crash(schema: str) -> None:
+    fmt = ResponseFormat("json_schema", schema, "deep")
+    bad = make_request(sampling=SamplingParams(response_format=fmt))
+    error = expect_error(ErrorCode.INVALID_PARAMETER, *encode_request(bad))
+    assert (error.custom_id, error.param) == ("req-1", "response_format")
+    assert nesting(json.loads('{"a": [1, {"b": []}], "c": 2}')) == 4
+    assert nesting(7) == 0
 
 
 def test_unknown_content_type_or_encoding_is_4001() -> None:
