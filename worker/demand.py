@@ -13,7 +13,12 @@ every :data:`ALIVE_S` while it does not; a worker that stops reporting loses its
   records answered at admission without running (cancelled, expired, quarantined) never
   count, nor does an answer waiting for its commit;
 - ``running``: of those, how many hold an engine slot now (``prefetch_count``); ``free``:
-  how many more slots it could fill now.
+  how many more slots it could fill now;
+- ``unanswered``: per partition, the records read there and not answered yet (admitted or
+  read ahead): what a record written there now would wait behind before its answer may be
+  published (answers leave a partition in offset order, :mod:`worker.kafka.transactions`),
+  so the feeder writes a newly active batch where the least waits (§10). Optional: a
+  report without it says nothing waits.
 
 Anyone who can write the topic writes a report, so :func:`decode` bounds every field and
 returns None for anything else: a bad report gives its key no credit, never an error.
@@ -56,6 +61,7 @@ class Demand:
     held: int
     running: int
     free: int
+    unanswered: tuple[tuple[int, int], ...] = ()  # (partition, records read, not answered)
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -65,6 +71,7 @@ class Demand:
                 "held": self.held,
                 "running": self.running,
                 "free": self.free,
+                "unanswered": [list(p) for p in self.unanswered],
             },
             separators=(",", ":"),
         ).encode()
@@ -77,7 +84,7 @@ def decode(key: bytes | None, value: bytes | None) -> Demand | None:
     try:
         raw = json.loads(value)
         worker = key.decode()
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # deep nesting: any bytes come
         return None
     if not isinstance(raw, dict):
         return None
@@ -86,14 +93,22 @@ def decode(key: bytes | None, value: bytes | None) -> Demand | None:
     if not all(_count(c) for c in counts) or not isinstance(at, (int, float)) or not isfinite(at):
         return None
     held, running, free = (int(c) for c in counts if c is not None)
-    if not isinstance(positions, list) or len(positions) > MAX_PARTITIONS:
+    pairs, waiting = _pairs(positions), _pairs(raw.get("unanswered", []))
+    if pairs is None or waiting is None:
+        return None
+    return Demand(worker, float(at), pairs, held, min(running, held), free, waiting)
+
+
+def _pairs(value: Any) -> tuple[tuple[int, int], ...] | None:
+    """A list of at most MAX_PARTITIONS ``[partition, count]`` pairs; None for anything else."""
+    if not isinstance(value, list) or len(value) > MAX_PARTITIONS:
         return None
     pairs: list[tuple[int, int]] = []
-    for pair in positions:
+    for pair in value:
         if not (isinstance(pair, list) and len(pair) == 2 and all(_count(v) for v in pair)):
             return None
         pairs.append((pair[0], pair[1]))
-    return Demand(worker, float(at), tuple(pairs), held, min(running, held), free)
+    return tuple(pairs)
 
 
 def _count(value: Any) -> bool:
@@ -120,15 +135,17 @@ class Reporter:
         running: int,
         free: int,
         wall: float | None = None,
+        unanswered: Mapping[int, int] | None = None,
     ) -> bool:
         """Report if due at ``now`` (monotonic; ``wall``, the wall clock written in the
         report, defaults to it); True when a report was written."""
-        state = (tuple(sorted(positions.items())), held, running, free)
+        waiting = tuple(sorted((unanswered or {}).items()))
+        state = (tuple(sorted(positions.items())), held, running, free, waiting)
         since = now - self._sent_at
         if since < REPORT_S or (state == self._last and since < ALIVE_S):
             return False
         at = now if wall is None else wall
-        report = Demand(self._worker, at, state[0], held, running, free)
+        report = Demand(self._worker, at, state[0], held, running, free, waiting)
         self._producer.produce(self._topic, key=self._worker.encode(), value=report.encode())
         self._sent_at, self._last = now, state
         return True
@@ -155,24 +172,34 @@ class DemandWriter:
         read_to: Mapping[tuple[str, int], int],
         admission: Admission,
         waiting: int,
+        unanswered: Callable[[tuple[str, int]], int],
     ) -> None:
         """Report, when due, the partitions ``consumer`` holds with the next offset it
         reads (``read_to``; 0 when nothing was read yet: all the feeder wrote there is
-        unread), the ``admission``'s slots and the ``waiting`` records read past them."""
+        unread) and the records read there and not answered (``unanswered``), the
+        ``admission``'s slots and the ``waiting`` records read past them."""
         if now < self._due or consumer is None:
             return
         self._due = now + REPORT_S
-        positions = {
-            tp.partition: read_to.get((tp.topic, tp.partition), 0) for tp in consumer.assignment()
-        }
+        assigned = [(tp.topic, tp.partition) for tp in consumer.assignment()]
+        positions = {p: read_to.get((t, p), 0) for t, p in assigned}
+        behind = {p: n for t, p in assigned if (n := unanswered((t, p)))}
         inflight = admission.inflight
-        self.report(now, positions, inflight + waiting, inflight, max(0, admission.room))
+        self.report(now, positions, inflight + waiting, inflight, max(0, admission.room), behind)
 
     def report(
-        self, now: float, positions: dict[int, int], held: int, running: int, free: int
+        self,
+        now: float,
+        positions: dict[int, int],
+        held: int,
+        running: int,
+        free: int,
+        unanswered: Mapping[int, int] | None = None,
     ) -> None:
         """Write a report if one is due (:class:`Reporter`)."""
-        self._reporter.step(now, positions, held, running, free, wall=time.time())
+        self._reporter.step(
+            now, positions, held, running, free, wall=time.time(), unanswered=unanswered
+        )
         self._producer.poll(0)
 
     def close(self) -> None:

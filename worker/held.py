@@ -1,12 +1,15 @@
-"""Records the consumer returned while the worker had no room for them.
+"""Records read and not admitted yet: the worker's read-ahead.
 
-A record that ``poll()``/``consume()`` hands over has moved the consumer's position past
-it: dropped, it would never be read again by this member, and once a later offset of its
-partition is answered the commit would pass it — skipped for good. So nothing the
-consumer returns is dropped. A record that arrives while the worker is full or
-draining (``poll()`` there serves rebalances and callbacks, and a consumer may still
-return a record fetched before a pause) is held here, in the order it was read, and fed
-to admission before anything newer as room frees.
+A full worker reads up to one engine batch past its ``prefetch_count`` slots on purpose,
+so that a record fed while its engine runs is at hand when the engine frees slots
+(docs/architecture.md §2 "Backpressure"); every read goes through here before admission,
+and what the room does not take stays. A record that ``poll()``/``consume()`` hands over
+has moved the consumer's position past it: dropped, it would never be read again by this
+member, and once a later offset of its partition is answered the commit would pass it —
+skipped for good. So nothing the consumer returns is dropped: past the read-ahead too (a
+paused or draining worker's ``poll()`` serves rebalances and callbacks, and may still
+return a record fetched before a pause), it is held here, in the order it was read, and
+fed to admission before anything newer as room frees.
 
 A held record is not opened in the :class:`~worker.ledger.Ledger`, so no commit can pass
 it: the group's committed offset stays at or below it until it is admitted and answered.

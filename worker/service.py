@@ -60,6 +60,9 @@ log = logging.getLogger("batchpipe.worker")
 EXIT_OK, EXIT_FATAL, EXIT_MODEL_LOAD, EXIT_WEDGED = 0, 1, 3, 4
 _MAX_POLL_BATCH = 500
 _PAUSE_AFTER_S = 0.5
+#: after an engine batch that ran this long, what was read ahead is admitted before the next
+#: batch forms (docs/architecture.md §2 "Reading ahead"); shorter batches start at once
+_ADMIT_FIRST_AFTER_S = _PAUSE_AFTER_S
 #: how long an assignment may wait for the group's committed offsets (inside the rebalance)
 _ASSIGN_TIMEOUT_S = 30.0
 
@@ -116,6 +119,8 @@ class Worker:
         self._next_adapt = 0.0
         self._paused = False
         self._held = HeldRecords()
+        #: records a full worker reads ahead into ``_held``: one engine batch (§2)
+        self._ahead = b.max_batch_size
         self._full_since: float | None = None
         self._stop = threading.Event()
         self._summary = SummaryLogger(log)
@@ -238,13 +243,20 @@ class Worker:
         self._decode_admit(self._poll(draining), now)
         self._expire(now)
         self._cancel()
-        self.engine_stage.collect()
+        self._collect(now, draining)
         self.engine_stage.dispatch(now, flush=draining)
         self._publish_and_commit(now)
         self._adapt(now)
         self._flow(now, draining)
         if self._demand is not None:
-            self._demand.step(now, self._consumer, self._read_to, self.admission, len(self._held))
+            self._demand.step(
+                now,
+                self._consumer,
+                self._read_to,
+                self.admission,
+                len(self._held),
+                self._unanswered,
+            )
         self._summary.maybe_log(now, self.metrics.snapshot)
         self.outbox.add_stages()
         self.metrics.flush()  # what this step's answers and stages added, once
@@ -292,30 +304,63 @@ class Worker:
 
     # -- the verbs ---------------------------------------------------------------------
 
-    def _poll(self, draining: bool) -> list[Record]:
+    def _collect(self, now: float, draining: bool) -> None:
+        """Answer what finished; when that ended a long engine batch, admit what was read
+        ahead before the next batch forms.
+
+        A newcomer's records, fed while the batch ran and tagged lower than what the worker
+        queued (§10), then run in the batch formed now instead of one engine batch later.
+        Nothing waits for the broker (what is held, then what librdkafka already fetched):
+        the engine's next batch starts later only by the decoding of at most the freed
+        slots' records, and only after a batch that ran :data:`_ADMIT_FIRST_AFTER_S` or
+        longer, so a fast engine starts its next batch at once as before.
+        """
+        stage = self.engine_stage
+        was_busy = stage.busy
+        stage.collect()
+        if draining or not was_busy or stage.busy or stage.last_run_s < _ADMIT_FIRST_AFTER_S:
+            return
+        self._decode_admit(self._poll(draining, wait=False), now)
+
+    def _poll(self, draining: bool, wait: bool = True) -> list[Record]:
         """Records to admit now: held ones first, then new ones, never more than the room.
 
-        With no room (full, or draining) ``poll()`` still runs while the partitions are
-        paused: it serves rebalances and callbacks. A record it returns anyway is held,
-        never dropped (:mod:`worker.held`).
+        Full, the worker reads on into :mod:`worker.held`, up to one engine batch ahead
+        (``batching.max_batch_size``), so that a record fed while the engine runs is at hand
+        when it frees slots (:meth:`_collect`). With no room and that much held, or
+        draining, ``poll()`` still runs while the partitions are paused: it serves
+        rebalances and callbacks. A record it returns anyway is held, never dropped.
+        ``wait=False``: only what is held or fetched already.
+
+        The consumer is called before anything is taken from the held records: a revoke it
+        serves lets go of its partitions' held records first. Taken before the call, they
+        were admitted for a partition revoked meanwhile, and answered again by its new owner.
         """
         assert self._consumer is not None
         room = 0 if draining or not self._has_room() else min(self.admission.room, _MAX_POLL_BATCH)
-        records = self._held.take(room)
-        room -= len(records)
-        if records or self.engine_stage.busy:
-            timeout = 0.0 if records else 0.005  # notice finished requests quickly
+        if (room and len(self._held)) or not wait:
+            timeout = 0.0
+        elif self.engine_stage.busy:
+            timeout = 0.005  # notice finished requests quickly
         else:
             wake = self.batcher.wake_at()
             timeout = 0.1 if wake is None else min(0.1, max(0.0, wake - time.monotonic()))
-        if room > 0:
-            consumed = self._consumer.consume(num_messages=room, timeout=timeout)
-            records += _checked(consumed, self._read_to)
-        elif self._paused:
+        # what the room needs beyond the held records; with none, what reads ahead: asked
+        # for more than the room, ``consume`` would wait its whole timeout for them
+        short = room - len(self._held)
+        want = short if short > 0 else self._ahead + short
+        consumed: list[Record] = []
+        if self._paused:
             polled = self._consumer.poll(timeout)
             self._held.hold(_checked([] if polled is None else [polled], self._read_to))
-        elif not records:
+        elif want > 0:
+            consumed = _checked(self._consumer.consume(want, timeout=timeout), self._read_to)
+        elif not room and wait:
             time.sleep(min(timeout, 0.002))  # full for a moment: let the engine free room
+        records = self._held.take(room)
+        cut = room - len(records)
+        records += consumed[:cut]
+        self._held.hold(consumed[cut:])  # read ahead: admitted first when room frees
         return records
 
     def _decode_admit(self, records: list[Record], now: float) -> None:
@@ -410,16 +455,18 @@ class Worker:
     def _flow(self, now: float, draining: bool) -> None:
         """Backpressure: no new records while ``prefetch_count`` requests are open.
 
-        A short stall just skips polling. Pausing the partitions (so that polling, which
-        serves rebalances and callbacks, returns no records) waits until the worker has
-        been full for ``_PAUSE_AFTER_S``: librdkafka drops a paused partition's prefetched
-        records and fetches them again on resume, a broker round trip per pause that a
-        fast engine, full for milliseconds at a time, would pay on every batch. A draining
-        worker stays paused, so that it keeps polling: rebalances are served until it exits.
+        A full worker reads on, one engine batch ahead (:meth:`_poll`). Pausing the
+        partitions (so that polling, which serves rebalances and callbacks, returns no
+        records) waits until it has been full and held that much for ``_PAUSE_AFTER_S``
+        (a batch that ends frees room and takes from what is held, so the clock restarts):
+        librdkafka drops a paused partition's prefetched records and fetches them again on
+        resume, a broker round trip per pause that a fast engine, full for milliseconds at a
+        time, would pay on every batch. A draining worker stays paused, so that it keeps
+        polling: rebalances are served until it exits.
         """
         if draining:
             return
-        if self._has_room():
+        if self._has_room() or len(self._held) < self._ahead:
             self._full_since = None
         elif self._full_since is None:
             self._full_since = now

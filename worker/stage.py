@@ -59,6 +59,9 @@ class Stage(ABC):
         self._max_batch_tokens = parts.config.batching.max_batch_tokens
         #: the engine hung or broke: nothing more is dispatched
         self.wedged = False
+        #: how long the last batch a static engine finished ran (0: none yet, or an
+        #: in-flight engine, whose requests end one by one)
+        self.last_run_s = 0.0
 
     @property
     @abstractmethod

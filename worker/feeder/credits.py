@@ -14,9 +14,10 @@ waiting and what the feeder already wrote to its partitions and the worker has n
 batch (``batching.max_batch_size``); the slots beyond an engine batch are a *queue* the
 worker already holds. When its engine frees a whole batch at once (a static engine, or
 an in-flight one whose requests started together), the worker starts the queued
-requests and reads the topic to fill its slots again, so the topic has to hold only
-what an engine batch takes beyond that queue: nothing with the defaults (64 slots, 32
-an engine batch), one batch where the two are equal. *reads* covers what a fast worker
+requests (after admitting what it read ahead, a newcomer's first slice among them) and
+reads the topic to fill its slots again, so the topic has to hold only what an engine
+batch takes beyond that queue: nothing with the defaults (64 slots, 32 an engine
+batch), one batch where the two are equal. *reads* covers what a fast worker
 takes between two reports (the feeder's own shared records its positions passed, per
 second of its reports' clock), where its queue would not: a queue that holds them
 covers the report's lag by itself (the fake-clock fleet of ``test_credits`` keeps its
@@ -35,10 +36,11 @@ is as old as ``REPORT_S`` plus the read: the answers given since then are not cr
 yet, so the error is on the side of feeding less, never of a deeper topic.
 
 A worker whose last report was read, or written, more than :data:`STALE_S` ago has no
-credit (a compacted topic keeps dead workers' last reports) (it died, or
-left): its partitions are fed nothing until a worker that reports holds them, and the
-records already there are answered by whoever is assigned them next. When two reports
-name one partition (a rebalance under way), the newer report holds it.
+credit (a compacted topic keeps dead workers' last reports; a report dated more than
+that ahead of the feeder's clock is refused alike) (it died, or left): its partitions
+are fed nothing until a worker that reports holds them, and the records already there
+are answered by whoever is assigned them next. When two reports name one partition (a
+rebalance under way), the newer report holds it.
 """
 
 from __future__ import annotations
@@ -101,6 +103,8 @@ class Credits:
         self._over_given: dict[int, int] = {}
         #: how many of the last :meth:`place`'s partitions, last, are beyond credit
         self.beyond = 0
+        #: per worker, the partition its newcomers' first slices go to (:meth:`_fresh_lane`)
+        self._fresh: dict[str, int] = {}
 
     def report(self, demand: Demand | None, worker: str | None = None) -> None:
         """A worker's report (None, with its ``worker``: it left and takes no credit)."""
@@ -108,8 +112,11 @@ class Credits:
             if worker is not None:
                 self._workers.pop(worker, None)
             return
-        if self._wall() - demand.at > STALE_S:
-            return  # a dead worker's last report, read back from the compacted topic
+        if abs(self._wall() - demand.at) > STALE_S:
+            # a dead worker's last report, read back from the compacted topic; or one from
+            # the future, which would hold every partition it names (the newer report
+            # holds a partition) for as long as it is read back
+            return
         known = self._workers.get(demand.worker)
         if known is None or demand.at < known.demand.at:  # new, or a restarted worker
             known = _Worker(demand, self._clock())
@@ -172,6 +179,7 @@ class Credits:
                 if len(out) >= count:
                     break
                 partition = self._lane(mine)
+                self._fresh = {w: p for w, p in self._fresh.items() if p != partition}
                 self._given[partition] = self._given.get(partition, 0) + 1
                 out.append(partition)
                 if credit > 1:
@@ -181,9 +189,10 @@ class Credits:
         beyond = min(over, count - within)
         ranked = sorted(workers, key=lambda w: -w[1])  # the most credit (least behind) first
         allow = {i: self._batch - self._overdrawn(w[2]) for i, w in enumerate(ranked)}
+        lanes = {i: self._fresh_lane(name, mine) for i, (name, _, mine) in enumerate(ranked)}
         while len(out) - within < beyond and (turn := [i for i, a in allow.items() if a > 0]):
             for i in turn[: beyond - (len(out) - within)]:
-                partition = self._lane(ranked[i][2])
+                partition = lanes[i]
                 self._given[partition] = self._given.get(partition, 0) + 1
                 self._over_given[partition] = self._over_given.get(partition, 0) + 1
                 out.append(partition)
@@ -248,6 +257,29 @@ class Credits:
         passed over for several cycles (bench.fairness at 1 s a step: records fed 4-16 s
         after one were answered before it was read; small batches 12× slower)."""
         return max(mine, key=lambda p: (self._backlog(p), -p))
+
+    def _fresh_lane(self, name: str, mine: list[int]) -> int:
+        """The partition of worker ``name``'s ``mine`` that newly active batches' first
+        slices go to: the one where the fewest records wait ahead of them, read and not
+        answered (its last report's ``unanswered``) or not read yet (the lowest of equals),
+        kept for the next newcomers until a record fed within credit goes there.
+
+        A worker starts a newcomer's requests ahead of those it holds (their tags are
+        lower), but answers leave a partition in offset order: behind the batch's own
+        queued requests on one partition, a small batch ran in the next engine batch and
+        was answered only with the queued ones, one engine batch (4 s) later
+        (``bench.fairness`` at 1 s a step). Kept, the lane holds the newcomers in the order
+        they were fed, which is the order the worker reads them in; each on the emptiest
+        partition in turn, they were read in whatever order the partitions' fetches
+        returned, and which small batches made the next engine batch whole was chance."""
+        kept = self._fresh.get(name)
+        if kept in mine:
+            return kept
+        waiting = dict(self._workers[name].demand.unanswered)
+        lane = self._fresh[name] = min(
+            mine, key=lambda p: (waiting.get(p, 0) + self._backlog(p), p)
+        )
+        return lane
 
     def _backlog(self, partition: int) -> int:
         return len(self._unread.get(partition, ())) + self._given.get(partition, 0)

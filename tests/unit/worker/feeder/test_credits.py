@@ -253,6 +253,34 @@ def test_a_workers_records_go_to_one_of_its_partitions_in_the_order_fed() -> Non
     assert moved.place(4) == [2] * 4
 
 
+def test_a_first_slice_goes_where_the_fewest_records_wait_ahead_of_it() -> None:
+    """Answers leave a partition in offset order: a newcomer's records fed beyond credit
+    go to the partition where the fewest wait unanswered or unread, not behind the
+    worker's queued requests on its shared lane, and the next newcomers follow them there,
+    in the order fed, until records fed within credit go there too (§10 (c))."""
+    clock = Clock()
+    credits = Credits(8, clock=clock, wall=clock)
+    positions = ((0, 16), (1, 0), (2, 1), (3, 0))
+    # 8 running and 8 queued on partition 0; 1 waiting on 2; nothing on 1 and 3
+    full = Demand("w", 1.0, positions, 16, 8, 0, ((0, 16), (2, 1)))
+    credits.report(full)
+    for offset in range(16, 20):  # and four unread on 0: no credit left
+        credits.delivered(0, offset)
+    assert credits.room() == 0
+    assert credits.place(3, over=3) == [1, 1, 1]  # one partition: read in the order fed
+    for offset in range(3):
+        credits.delivered(1, offset, over=True)
+    assert credits.place(2, over=2) == [1, 1]  # behind the last newcomers, not on 3
+    for offset in range(3, 5):
+        credits.delivered(1, offset, over=True)
+    # with room, the shared records go to the lane with the most unread: behind them
+    credits.report(Demand("w", 2.0, ((0, 20), (1, 0), (2, 1), (3, 0)), 4, 4, 12, ((0, 4),)))
+    assert credits.place(4) == [1] * 4
+    # so the next newcomer goes where the fewest wait now, not behind those four
+    credits.report(Demand("w", 3.0, ((0, 20), (1, 0), (2, 1), (3, 0)), 16, 8, 0, ((0, 16),)))
+    assert credits.place(1, over=1) == [2]
+
+
 def test_credit_is_free_room_and_a_batch_less_what_waits_and_is_unread() -> None:
     clock = Clock()
     credits = Credits(64, clock=clock, wall=clock)
@@ -277,6 +305,14 @@ def test_credit_is_free_room_and_a_batch_less_what_waits_and_is_unread() -> None
         b'{"at":1,"positions":[[0]],"held":1,"running":0,"free":0}',
         b'{"at":"x","positions":[],"held":1,"running":0,"free":0}',
         b'{"at":1,"positions":[[0,1]],"held":true,"running":0,"free":0}',
+        b'{"at":1,"positions":[[0,1]],"held":1,"running":0,"free":0,"unanswered":[[0]]}',
+        b'{"at":1,"positions":[[0,1]],"held":1,"running":0,"free":0,"unanswered":[[0,-3]]}',
+        b'{"at":1,"positions":[[0,1]],"held":1,"running":0,"free":0,"unanswered":{"0":1}}',
+        b'{"at":1,"positions":[],"held":1,"running":0,"free":0,"unanswered":['
+        + b"[0,1]," * 5000
+        + b"[0,1]]}",
+        b"[" * 50_000,  # nested past the parser's recursion limit, within the size bound
+        b'{"at":1,"positions":' + b"[" * 50_000,
         b"\xff" * 10,
         b"{" * 100_000,
     ],
@@ -295,6 +331,12 @@ def test_reports_round_trip_and_come_when_due() -> None:
     assert reporter.step(1.2, {1: 5}, 4, 2, 6, wall=1e9)
     key, value = wire.sent[-1]
     assert decode(key, value) == Demand("w", 1e9, ((1, 5),), 4, 2, 6)
+    assert reporter.step(1.4, {1: 5}, 4, 2, 6, unanswered={1: 3})  # a change: reported
+    key, value = wire.sent[-1]
+    assert decode(key, value) == Demand("w", 1.4, ((1, 5),), 4, 2, 6, ((1, 3),))
+    # a report from before ``unanswered`` was written says nothing waits
+    old = b'{"at":1,"positions":[[1,5]],"held":4,"running":2,"free":6}'
+    assert decode(b"w", old) == Demand("w", 1.0, ((1, 5),), 4, 2, 6)
 
 
 def test_a_dead_workers_old_report_gives_no_credit() -> None:
@@ -303,3 +345,14 @@ def test_a_dead_workers_old_report_gives_no_credit() -> None:
     clock.now = 100.0
     credits.report(Demand("dead", 100.0 - STALE_S - 1, ((0, 0),), 0, 0, 4))
     assert credits.room() == 0
+
+
+def test_a_report_from_the_future_holds_no_partition() -> None:
+    """Anyone can write the demand topic: a report dated far ahead would be the newer
+    report of every partition it names, for as long as it is read back."""
+    clock = Clock()
+    credits = Credits(8, clock=clock, wall=clock)
+    clock.now = 100.0
+    credits.report(Demand("real", 100.0, ((0, 0),), 0, 0, 4))
+    credits.report(Demand("forger", 1e300, ((0, 0),), 0, 0, 1 << 40))
+    assert credits.credits() == {"real": 12}
