@@ -61,7 +61,7 @@ EXIT_OK, EXIT_FATAL, EXIT_MODEL_LOAD, EXIT_WEDGED = 0, 1, 3, 4
 _MAX_POLL_BATCH = 500
 _PAUSE_AFTER_S = 0.5
 #: after an engine batch that ran this long, what was read ahead is admitted before the next
-#: batch forms (docs/architecture.md §2 "Reading ahead"); shorter batches start at once
+#: batch forms (docs/architecture.md §2 "Backpressure"); shorter batches start at once
 _ADMIT_FIRST_AFTER_S = _PAUSE_AFTER_S
 #: how long an assignment may wait for the group's committed offsets (inside the rebalance)
 _ASSIGN_TIMEOUT_S = 30.0

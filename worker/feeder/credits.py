@@ -179,20 +179,21 @@ class Credits:
                 if len(out) >= count:
                     break
                 partition = self._lane(mine)
-                self._fresh = {w: p for w, p in self._fresh.items() if p != partition}
                 self._given[partition] = self._given.get(partition, 0) + 1
                 out.append(partition)
                 if credit > 1:
                     left.append((credit - 1, mine))
             live = left
         within = len(out)
+        if within:  # newcomers no longer follow onto a lane fed within credit
+            used = set(out)
+            self._fresh = {w: p for w, p in self._fresh.items() if p not in used}
         beyond = min(over, count - within)
         ranked = sorted(workers, key=lambda w: -w[1])  # the most credit (least behind) first
         allow = {i: self._batch - self._overdrawn(w[2]) for i, w in enumerate(ranked)}
-        lanes = {i: self._fresh_lane(name, mine) for i, (name, _, mine) in enumerate(ranked)}
         while len(out) - within < beyond and (turn := [i for i, a in allow.items() if a > 0]):
             for i in turn[: beyond - (len(out) - within)]:
-                partition = lanes[i]
+                partition = self._fresh_lane(ranked[i][0], ranked[i][2])
                 self._given[partition] = self._given.get(partition, 0) + 1
                 self._over_given[partition] = self._over_given.get(partition, 0) + 1
                 out.append(partition)
