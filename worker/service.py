@@ -244,9 +244,9 @@ class Worker:
         self._expire(now)
         self._cancel()
         self._collect(now, draining)
+        self._adapt(now)
         self.engine_stage.dispatch(now, flush=draining)
         self._publish_and_commit(now)
-        self._adapt(now)
         self._flow(now, draining)
         if self._demand is not None:
             self._demand.step(
@@ -437,20 +437,28 @@ class Worker:
             self.metrics.set_inflight(len(self.ledger))
 
     def _adapt(self, now: float) -> None:
-        """Resize batches from the engine's utilisation, sampled every adaptive interval.
+        """Resize batches from the engine's utilisation, sampled every adaptive interval,
+        before the next batch forms.
 
         Only while there is work: an engine idle for want of requests says nothing about
-        the batch size it can take, and shrinking then would only slow the next burst.
+        the batch size it can take, and shrinking then would only slow the next burst. And
+        at every step, after any sample, more requests waiting than the size undo a
+        trickle's shrinks (:meth:`AdaptiveBatchSize.backlog`): a burst's first batch is a
+        whole one, and a shrink never cuts the batch about to form.
         """
-        if now < self._next_adapt:
-            return
-        self._next_adapt = now + self.adaptive.interval_s
-        utilization = min(1.0, max(0.0, self.engine.utilization()))  # over the whole interval
-        self.metrics.set_utilization(utilization)
-        if self.config.batching.adaptive and len(self.batcher):
-            queued = len(self.batcher)
-            self.batcher.max_batch_size = self.adaptive.observe(utilization, now, queued)
-        self.metrics.set_adaptive_size(self.batcher.max_batch_size)
+        adaptive = self.config.batching.adaptive
+        queued = len(self.batcher)
+        sampled = now >= self._next_adapt
+        if sampled:
+            self._next_adapt = now + self.adaptive.interval_s
+            utilization = min(1.0, max(0.0, self.engine.utilization()))  # the whole interval
+            self.metrics.set_utilization(utilization)
+            if adaptive and queued:
+                self.adaptive.observe(utilization, now, queued)
+        size = self.adaptive.backlog(queued) if adaptive else self.batcher.max_batch_size
+        if sampled or size != self.batcher.max_batch_size:
+            self.batcher.max_batch_size = size
+            self.metrics.set_adaptive_size(size)
 
     def _flow(self, now: float, draining: bool) -> None:
         """Backpressure: no new records while ``prefetch_count`` requests are open.

@@ -47,6 +47,32 @@ def test_out_of_memory_halves() -> None:
     assert a.size == 1
 
 
+def test_a_backlog_restores_the_size_a_trickle_shrank_from() -> None:
+    a = AdaptiveBatchSize(initial=32, hardware_max=64, interval_s=0.0)
+    assert [a.observe(0.0, float(t), queued=1) for t in range(2)] == [25, 20]
+    assert a.backlog(20) == 20  # no more waiting than the size: nothing to restore
+    assert a.backlog(28) == 28  # as far as the queue fills it
+    assert a.backlog(63) == 32  # the size the shrinks started from, not the maximum
+    assert a.backlog(200) == 32  # restored once: later growth is the rule's
+    assert a.observe(0.95, 2.0) == 39
+
+
+def test_growth_back_to_the_unshrunk_size_forgets_it() -> None:
+    a = AdaptiveBatchSize(initial=10, hardware_max=64, interval_s=0.0)
+    assert a.observe(0.0, 0.0) == 8
+    assert [a.observe(0.95, float(t)) for t in range(1, 3)] == [10, 12]
+    assert a.observe(0.0, 3.0) == 9  # a new run of shrinks starts from 12
+    assert a.backlog(100) == 12
+
+
+def test_never_shrunk_or_out_of_memory_is_not_undone_by_a_backlog() -> None:
+    a = AdaptiveBatchSize(initial=8, hardware_max=64, interval_s=0.0)
+    assert a.backlog(1000) == 8  # the initial size is the operator's, not a shrink
+    assert a.observe(0.0, 0.0) == 6
+    assert a.on_out_of_memory() == 3
+    assert a.backlog(1000) == 3
+
+
 def test_rejects_bad_settings() -> None:
     with pytest.raises(ValueError):
         AdaptiveBatchSize(initial=0, hardware_max=8)
@@ -62,17 +88,24 @@ def test_rejects_bad_settings() -> None:
 @given(
     hardware_max=st.integers(1, 512),
     data=st.data(),
-    events=st.lists(st.floats(0.0, 1.0) | st.just(-1.0), max_size=60),
+    events=st.lists(st.floats(0.0, 1.0) | st.just(-1.0) | st.integers(0, 1024), max_size=60),
 )
 def test_size_stays_within_bounds_and_follows_the_rule(
-    hardware_max: int, data: st.DataObject, events: list[float]
+    hardware_max: int, data: st.DataObject, events: list[float | int]
 ) -> None:
+    """Utilisation readings (floats), out-of-memory (-1.0) and backlogs (ints, queued)."""
     initial = data.draw(st.integers(1, hardware_max))
     a = AdaptiveBatchSize(initial, hardware_max, interval_s=0.0)
+    ceiling = initial  # the largest size since the last out-of-memory
     for t, util in enumerate(events):
         before = a.size
+        if isinstance(util, int):
+            size = a.backlog(util)
+            assert before <= size <= max(before, min(util, ceiling))
+            continue
         size = a.on_out_of_memory() if util < 0 else a.observe(util, float(t))
         assert 1 <= size <= hardware_max and size == a.size
+        ceiling = size if util < 0 else max(ceiling, size)
         if util < 0:
             assert size == max(before // 2, 1)
         elif util > a.high:
