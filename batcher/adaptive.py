@@ -81,9 +81,11 @@ class AdaptiveBatchSize:
                 self._unshrunk = None
         return self.size
 
-    def on_out_of_memory(self) -> int:
-        """The engine ran out of memory on a batch of about this size: halve it (and
-        forget any shrink :meth:`backlog` would undo)."""
-        self.size = max(self.size // 2, 1)
+    def on_out_of_memory(self, limit: int | None = None) -> int:
+        """The engine ran out of memory on a batch formed under the size ``limit`` (the
+        current size when None): halve the smaller of the two (the size may have grown
+        since that batch formed), and forget any shrink :meth:`backlog` would undo."""
+        failed = self.size if limit is None else min(self.size, limit)
+        self.size = max(failed // 2, 1)
         self._unshrunk = None
         return self.size

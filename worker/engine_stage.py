@@ -118,7 +118,7 @@ class EngineStage(Stage):
             engine_s=event.engine_s,
         )
         for _ in range(event.out_of_memory):
-            self._batcher.max_batch_size = self._adaptive.on_out_of_memory()
+            self._batcher.max_batch_size = self._adaptive.on_out_of_memory(running.size_limit)
         self.last_run_s = event.engine_s
         self._running = None
         self._metrics.set_engine_load(0, 0)

@@ -1,15 +1,27 @@
 """Records read and not admitted yet: the worker's read-ahead.
 
-A full worker reads up to one engine batch past its ``prefetch_count`` slots on purpose,
-so that a record fed while its engine runs is at hand when the engine frees slots
-(docs/architecture.md §2 "Backpressure"); every read goes through here before admission,
-and what the room does not take stays. A record that ``poll()``/``consume()`` hands over
-has moved the consumer's position past it: dropped, it would never be read again by this
-member, and once a later offset of its partition is answered the commit would pass it —
-skipped for good. So nothing the consumer returns is dropped: past the read-ahead too (a
-paused or draining worker's ``poll()`` serves rebalances and callbacks, and may still
-return a record fetched before a pause), it is held here, in the order it was read, and
-fed to admission before anything newer as room frees.
+A full worker reads past its ``prefetch_count`` slots on purpose, so that a record fed
+while its engine runs is at hand when the engine frees slots (docs/architecture.md §2
+"Backpressure"); every read goes through here before admission, and what the room does not
+take stays. A record that ``poll()``/``consume()`` hands over has moved the consumer's
+position past it: dropped, it would never be read again by this member, and once a later
+offset of its partition is answered the commit would pass it — skipped for good. So nothing
+the consumer returns is dropped: past the read-ahead too (a paused or draining worker's
+``poll()`` serves rebalances and callbacks, and may still return a record fetched before a
+pause), it is held here and fed to admission as room frees.
+
+Which first. Within a partition, in offset order always (answers leave a partition in
+offset order: admitting a later record first would not answer it sooner). Across
+partitions, in read order, except that a record whose feeder tag (§10) is below the highest
+tag held — a newly active batch's, fed behind what the worker had already fetched — goes
+as if read ``window`` records earlier. librdkafka
+hands records over in the order it fetched them, so a newcomer's first slice, fed to a
+partition of its own, came behind everything fetched before it: at 20 ms a decoding step,
+the half second of reads the feeder keeps in a fast worker's topic (``bench.fairness``).
+The move is bounded as the batcher bounds a tag's (:mod:`batcher.batcher`): a record is
+taken before any record read more than ``window`` after it, so a producer that writes low
+tags on everything (anyone can write the requests topic) delays another record by at most
+``window`` records, and records without a tag keep their read order.
 
 A held record is not opened in the :class:`~worker.ledger.Ledger`, so no commit can pass
 it: the group's committed offset stays at or below it until it is admitted and answered.
@@ -19,53 +31,125 @@ from its committed offset, here or by its new owner.
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from collections.abc import Collection, Iterable
+import heapq
+import math
+from collections import deque
+from collections.abc import Collection, Iterable, Mapping
 
 from batcher import Partition
+from worker.feeder.headers import Headers, headers_of, tag_of
 from worker.kafka.consumer import Record
 
 
 class HeldRecords:
-    """A FIFO of consumed records not admitted yet."""
+    """Consumed records not admitted yet, taken in the order the module doc states.
 
-    def __init__(self) -> None:
-        self._records: deque[Record] = deque()
-        # kept per partition so that :meth:`count` never walks the deque: the lag probe
-        # calls it from its own thread while the loop changes the records
-        self._counts: Counter[Partition] = Counter()
+    Invariants: every held record is in exactly one partition's queue, in offset (and
+    read) order; ``_heads`` holds one entry per non-empty queue, its head's place;
+    ``_tags`` holds an entry for every held tagged record, so its top still held is the
+    highest tag held (entries of records taken or let go leave it lazily: each such record
+    was taken before any record read more than ``window`` after it, so they are few).
+    """
+
+    def __init__(self, window: int) -> None:
+        if window < 0:
+            raise ValueError(f"window must be >= 0, got {window}")
+        self._window = window
+        #: per partition, (place, read sequence, bytes, record) in offset order
+        self._queues: dict[Partition, deque[tuple[int, int, int, Record]]] = {}
+        self._heads: list[tuple[int, Partition]] = []  # (place, partition) of each head
+        self._tags: list[tuple[float, int, Partition]] = []  # (-tag, read sequence, ...)
+        self._read = 0  # records held so far: each one's read sequence
+        self._len = 0
+        self.bytes = 0  # the held records' keys, values and headers, in all
 
     def __len__(self) -> int:
-        return len(self._records)
+        return self._len
 
     def hold(self, records: Iterable[Record]) -> None:
         """Keep ``records`` (in read order) for :meth:`take`."""
         for record in records:
-            self._records.append(record)
-            self._counts[_partition(record)] += 1
+            headers = headers_of(record)
+            tag = tag_of(headers)
+            partition = _partition(record)
+            read = self._read
+            self._read += 1
+            # twice the read sequence, so that a newcomer moved ``window`` places ahead
+            # (one less) goes just before the record it is moved level with
+            place = 2 * read
+            if tag is not None:
+                if tag < self._ceiling():
+                    place -= 2 * self._window + 1  # behind what was fetched (module doc)
+                heapq.heappush(self._tags, (-tag, read, partition))
+            queue = self._queues.get(partition)
+            if queue is None:
+                queue = self._queues[partition] = deque()
+            if not queue:
+                heapq.heappush(self._heads, (place, partition))
+            size = _size(record, headers)
+            queue.append((place, read, size, record))
+            self._len += 1
+            self.bytes += size
 
     def take(self, room: int) -> list[Record]:
-        """The oldest ``room`` held records, no longer held."""
+        """Up to ``room`` held records, first first; no longer held."""
         taken: list[Record] = []
-        while self._records and len(taken) < room:
-            record = self._records.popleft()
-            self._counts[_partition(record)] -= 1
+        heads, queues = self._heads, self._queues
+        while heads and len(taken) < room:
+            _, partition = heapq.heappop(heads)
+            queue = queues[partition]
+            _, _, size, record = queue.popleft()
+            self.bytes -= size
             taken.append(record)
+            if queue:
+                heapq.heappush(heads, (queue[0][0], partition))
+        self._len -= len(taken)
+        if not self._len:
+            self._tags.clear()
         return taken
 
     def count(self, partition: Partition) -> int:
-        """How many records of ``partition`` are held."""
-        return self._counts.get(partition, 0)
+        """How many records of ``partition`` are held (safe from the lag probe's thread:
+        one dictionary read and one deque length)."""
+        queue = self._queues.get(partition)
+        return 0 if queue is None else len(queue)
 
     def release(self, partitions: Collection[Partition]) -> int:
         """Let go of the records of ``partitions``; returns how many there were."""
-        moved = set(partitions)
-        kept = [r for r in self._records if _partition(r) not in moved]
-        released = len(self._records) - len(kept)
-        self._records = deque(kept)
-        for partition in moved:
-            self._counts.pop(partition, None)
+        released = 0
+        for partition in partitions:
+            queue = self._queues.pop(partition, None)
+            if queue:
+                released += len(queue)
+                self.bytes -= sum(size for _, _, size, _ in queue)
+        if released:
+            self._heads = [(q[0][0], p) for p, q in self._queues.items() if q]
+            heapq.heapify(self._heads)
+            self._len -= released
+            if not self._len:
+                self._tags.clear()
         return released
+
+    def _ceiling(self) -> float:
+        """The highest tag held; -inf when no tagged record is held."""
+        tags, queues = self._tags, self._queues
+        while tags:
+            _, read, partition = tags[0]
+            queue = queues.get(partition)
+            if queue and queue[0][1] <= read:  # its partition's head has not passed it
+                return -tags[0][0]
+            heapq.heappop(tags)
+        return -math.inf
+
+
+def _size(record: Record, headers: Headers | None) -> int:
+    """What a held record keeps in memory, near enough: key, value and headers."""
+    key, value = record.key(), record.value()
+    size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+    if headers:
+        pairs = headers.items() if isinstance(headers, Mapping) else headers
+        size += sum(len(name) + (0 if v is None else len(v)) for name, v in pairs)
+    return size
 
 
 def _partition(record: Record) -> Partition:

@@ -39,6 +39,7 @@ from worker.engines.base import Engine
 from worker.engines.factory import create_engine, resolve_kind
 from worker.errors import ErrorCode, ModelLoadError
 from worker.feeder.feeder import Feeder
+from worker.feeder.headers import headers_of
 from worker.held import HeldRecords
 from worker.intake import DeadLetter, Intake, Outcome
 from worker.jobs import Identity, Job, Source
@@ -63,6 +64,12 @@ _PAUSE_AFTER_S = 0.5
 #: after an engine batch that ran this long, what was read ahead is admitted before the next
 #: batch forms (docs/architecture.md §2 "Backpressure"); shorter batches start at once
 _ADMIT_FIRST_AFTER_S = _PAUSE_AFTER_S
+#: with ``scheduling.fair``, how far a worker reads on past one engine batch, taking only
+#: what librdkafka has fetched already (no wait), so that a newcomer's first slice fed
+#: behind those records is seen (§2 "Backpressure"): records per ``prefetch_count`` slot,
+#: and the held records' bytes in all (keys, values and headers)
+_DEEP_PER_SLOT = 8
+_DEEP_BYTES = 16 * 1024 * 1024
 #: how long an assignment may wait for the group's committed offsets (inside the rebalance)
 _ASSIGN_TIMEOUT_S = 30.0
 
@@ -118,9 +125,11 @@ class Worker:
         )
         self._next_adapt = 0.0
         self._paused = False
-        self._held = HeldRecords()
         #: records a full worker reads ahead into ``_held``: one engine batch (§2)
         self._ahead = b.max_batch_size
+        #: records it reads on, without waiting, where the feeder tags newcomers (§2)
+        self._deep = _DEEP_PER_SLOT * b.prefetch_count if config.scheduling.fair else 0
+        self._held = HeldRecords(window=max(self._ahead, self._deep))
         self._full_since: float | None = None
         self._stop = threading.Event()
         self._summary = SummaryLogger(log)
@@ -323,11 +332,16 @@ class Worker:
         self._decode_admit(self._poll(draining, wait=False), now)
 
     def _poll(self, draining: bool, wait: bool = True) -> list[Record]:
-        """Records to admit now: held ones first, then new ones, never more than the room.
+        """Records to admit now, never more than the room: everything read goes through
+        :mod:`worker.held`, which hands them over in read order but newcomers first.
 
-        Full, the worker reads on into :mod:`worker.held`, up to one engine batch ahead
+        Full, the worker reads on, up to one engine batch ahead
         (``batching.max_batch_size``), so that a record fed while the engine runs is at hand
-        when it frees slots (:meth:`_collect`). With no room and that much held, or
+        when it frees slots (:meth:`_collect`); with ``scheduling.fair``, further, as far as
+        librdkafka has fetched already (:data:`_DEEP_PER_SLOT`, :data:`_DEEP_BYTES`), so
+        that a newcomer's first slice is not read after everything fetched before it (a
+        fast worker's topic holds half a second of its reads, §10). With no room and that
+        much held, or
         draining, ``poll()`` still runs while the partitions are paused: it serves
         rebalances and callbacks. A record it returns anyway is held, never dropped.
         ``wait=False``: only what is held or fetched already.
@@ -349,19 +363,26 @@ class Worker:
         # for more than the room, ``consume`` would wait its whole timeout for them
         short = room - len(self._held)
         want = short if short > 0 else self._ahead + short
-        consumed: list[Record] = []
         if self._paused:
             polled = self._consumer.poll(timeout)
             self._held.hold(_checked([] if polled is None else [polled], self._read_to))
-        elif want > 0:
-            consumed = _checked(self._consumer.consume(want, timeout=timeout), self._read_to)
+            return self._held.take(room)
+        more = True  # whether librdkafka may have fetched more than was read
+        if want > 0:
+            read = self._consumer.consume(want, timeout=timeout)
+            self._held.hold(_checked(read, self._read_to))
+            more = len(read) == want
         elif not room and wait:
             time.sleep(min(timeout, 0.002))  # full for a moment: let the engine free room
-        records = self._held.take(room)
-        cut = room - len(records)
-        records += consumed[:cut]
-        self._held.hold(consumed[cut:])  # read ahead: admitted first when room frees
-        return records
+        # read what is fetched already, so that the held records are taken newcomers first
+        # (worker.held), not in the order librdkafka fetched them; an engine batch's worth
+        # at a time, so that the bytes bound is passed by one such read at most
+        while more and self._held.bytes < _DEEP_BYTES and len(self._held) < self._deep:
+            ask = min(self._deep - len(self._held), self._ahead)
+            read = self._consumer.consume(ask, 0.0)
+            self._held.hold(_checked(read, self._read_to))
+            more = len(read) == ask
+        return self._held.take(room)
 
     def _decode_admit(self, records: list[Record], now: float) -> None:
         """Open, decode and admit each record; the decode stage's time is added once for
@@ -382,7 +403,9 @@ class Worker:
             )
             self.ledger.open(source)
             start = time.perf_counter()
-            outcome = self.intake.take(source, message.value(), message.headers(), now)
+            # headers the client cannot read (a name that is not UTF-8): none, as the
+            # feeder reads them
+            outcome = self.intake.take(source, message.value(), headers_of(message), now)
             decoding += time.perf_counter() - start
             self._route(outcome, source, now)
         if records:

@@ -31,11 +31,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import zstandard
-from confluent_kafka import Message
 
 from batcher.fairshare import MAX_TOKENS, clamp_weight
 from worker.config import Config
 from worker.feeder.estimate import CHARS_PER_TOKEN
+from worker.kafka.consumer import Record
 from worker.wire.compression import ZSTD_MAGIC
 
 BATCH_HEADER = "batchpipe-batch-id"
@@ -206,7 +206,7 @@ def with_tag(headers: Headers | None, tag: float) -> list[tuple[str, str | bytes
     return [*((n, v) for n, v in pairs if n != TAG_HEADER), (TAG_HEADER, repr(tag).encode())]
 
 
-def headers_of(m: Message) -> Headers | None:
+def headers_of(m: Record) -> Headers | None:
     """``m``'s headers, or None when the client cannot read them (a name that is not
     UTF-8): such a record is forwarded and scheduled as one without headers."""
     try:

@@ -73,6 +73,15 @@ def test_never_shrunk_or_out_of_memory_is_not_undone_by_a_backlog() -> None:
     assert a.backlog(1000) == 3
 
 
+def test_an_out_of_memory_halves_the_failed_batch_not_a_size_restored_since() -> None:
+    a = AdaptiveBatchSize(initial=32, hardware_max=64, interval_s=0.0)
+    assert [a.observe(0.0, float(t)) for t in range(4)] == [25, 20, 16, 12]
+    limit = a.size  # a batch of 12 goes to the engine; a burst arrives while it runs
+    assert a.backlog(100) == 32
+    assert a.on_out_of_memory(limit) == 6  # that batch of 12 failed: not 32 // 2
+    assert a.backlog(100) == 6  # and no shrink is left to undo
+
+
 def test_rejects_bad_settings() -> None:
     with pytest.raises(ValueError):
         AdaptiveBatchSize(initial=0, hardware_max=8)

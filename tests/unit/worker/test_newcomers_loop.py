@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -212,3 +213,60 @@ def test_records_read_ahead_of_a_partition_revoked_meanwhile_are_let_go(
         engine.open()
         r.step_until(lambda: r.settled(set(ids)), "every request answered")
         assert sorted(r.answers().values()) == [1] * 16
+
+
+@pytest.mark.parametrize("fair", [True, False])
+def test_a_newcomer_fetched_behind_a_deep_read_runs_next_where_the_feeder_tags(
+    fair: bool,
+) -> None:
+    """With ``scheduling.fair`` the worker reads what is fetched already past one engine
+    batch, so a newcomer's first slice, on a partition of its own behind 30 records read
+    before it, is admitted when the first batch frees slots and heads the batch formed after
+    it (a short batch: the next one starts at once from the queue, §2). Without, the worker
+    reads one engine batch ahead, and the newcomer only after the other 30."""
+    config = loop_config(prefetch_count=8, max_batch_size=4)
+    config = replace(config, scheduling=replace(config.scheduling, fair=fair))
+    large = [f"large{n}" for n in range(30)]
+    with rig(config, OneByOne()) as r:
+        for n, custom_id in enumerate(large):
+            feed(r, custom_id, str(100 + 10 * (n // 4)).encode())
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: len(r.engine.batches) == 1, "the first batch on the engine")
+        value, headers = encode_request(InferenceRequest(custom_id="small", prompt="small"))
+        r.broker.append(1, value, [*headers, (TAG_HEADER, b"0")])
+        r.step_until(lambda: r.consumer.delivered >= 12, "full, and reading ahead")
+        for _ in range(5):
+            r.worker._step(draining=False)
+        r.engine.open()
+        r.step_until(lambda: r.settled({*large, "small"}), "every request answered")
+        batches = r.engine.batches
+        assert batches[0] == tuple(large[:4])
+        if fair:  # admitted as the first batch ends: in the batch formed after that
+            assert batches[2][0] == "small"
+        else:
+            assert "small" in batches[-2] + batches[-1]  # read after the other 30
+        assert sorted(r.answers().values()) == [1] * 31
+
+
+@pytest.mark.parametrize(("value_bytes", "most_held"), [(10, 64), (1 << 20, 20)])
+def test_the_deep_read_stops_at_its_count_and_its_bytes(value_bytes: int, most_held: int) -> None:
+    """Full with fair share on, the worker holds at most 8 records a slot (64 here) and,
+    with 1 MiB records (a header here), stops reading once the held ones reach 16 MiB (one
+    engine batch past it at most); the rest stay in the topic; every record answered once."""
+    config = loop_config(prefetch_count=8, max_batch_size=4)
+    config = replace(config, scheduling=replace(config.scheduling, fair=True))
+    ids = [f"r{n}" for n in range(100)]
+    with rig(config, OneByOne()) as r:
+        for custom_id in ids:
+            value, headers = encode_request(InferenceRequest(custom_id=custom_id, prompt=custom_id))
+            r.broker.append(0, value, [*headers, ("pad", b"x" * value_bytes)])
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: len(r.engine.batches) == 1, "the first batch on the engine")
+        for _ in range(5):
+            r.worker._step(draining=False)
+        held = len(r.worker._held)
+        assert most_held - 4 <= held <= most_held
+        assert r.consumer.delivered == 8 + held  # the rest is left in the topic
+        r.engine.open()
+        r.step_until(lambda: r.settled(set(ids)), "every request answered")
+        assert sorted(r.answers().values()) == [1] * 100
