@@ -14,10 +14,10 @@ Which first. Within a partition, in offset order always (answers leave a partiti
 offset order: admitting a later record first would not answer it sooner). Across
 partitions, in read order, except that a record whose feeder tag (§10) is below the highest
 tag held — a newly active batch's, fed behind what the worker had already fetched — goes
-as if read ``window`` records earlier. librdkafka
-hands records over in the order it fetched them, so a newcomer's first slice, fed to a
-partition of its own, came behind everything fetched before it: at 20 ms a decoding step,
-the half second of reads the feeder keeps in a fast worker's topic (``bench.fairness``).
+as if read ``window`` records earlier. librdkafka hands records over in the order it
+fetched them, so a newcomer's first slice, fed to a partition of its own, came behind
+everything fetched before it: at 20 ms a decoding step, the half second of reads the
+feeder keeps in a fast worker's topic (``bench.fairness``).
 The move is bounded as the batcher bounds a tag's (:mod:`batcher.batcher`): a record is
 taken before any record read more than ``window`` after it, so a producer that writes low
 tags on everything (anyone can write the requests topic) delays another record by at most

@@ -341,9 +341,8 @@ class Worker:
         librdkafka has fetched already (:data:`_DEEP_PER_SLOT`, :data:`_DEEP_BYTES`), so
         that a newcomer's first slice is not read after everything fetched before it (a
         fast worker's topic holds half a second of its reads, §10). With no room and that
-        much held, or
-        draining, ``poll()`` still runs while the partitions are paused: it serves
-        rebalances and callbacks. A record it returns anyway is held, never dropped.
+        much held, or draining, ``poll()`` still runs while the partitions are paused: it
+        serves rebalances and callbacks. A record it returns anyway is held, never dropped.
         ``wait=False``: only what is held or fetched already.
 
         The consumer is called before anything is taken from the held records: a revoke it

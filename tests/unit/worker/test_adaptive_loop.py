@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from worker.config import Config
 
 from .fakes import GatedEngine
-from .rig import P0, P1, loop_config, rig
+from .rig import P0, P1, Rig, loop_config, rig
 
 
 def adaptive_config() -> Config:
@@ -17,15 +18,22 @@ def adaptive_config() -> Config:
     return replace(config, batching=replace(config.batching, adaptive=True, adaptive_interval_ms=0))
 
 
+def trickle_then_burst(r: Rig, burst: Callable[[int], int]) -> int:
+    """One lone request answered on the idle engine (the size shrinks), then a burst of
+    ``burst(shrunk size)`` requests; returns the shrunk size."""
+    r.consumer.rebalance("assign", [P0, P1])
+    r.broker.submit(0, "lone", "hello")
+    r.step_until(lambda: "lone" in r.answers(), "the lone request's answer")
+    shrunk = r.worker.batcher.max_batch_size
+    for i in range(burst(shrunk)):
+        r.broker.submit(0, f"burst-{i}", f"burst {i}")
+    return shrunk
+
+
 def test_a_burst_after_a_trickle_runs_a_whole_first_batch() -> None:
     with rig(adaptive_config(), GatedEngine(gated=False)) as r:
-        r.consumer.rebalance("assign", [P0, P1])
-        r.broker.submit(0, "lone", "hello")
-        r.step_until(lambda: "lone" in r.answers(), "the lone request's answer")
-        shrunk = r.worker.batcher.max_batch_size
+        shrunk = trickle_then_burst(r, lambda _: 12)
         assert shrunk < 8, "the lone request on an idle engine should have shrunk the size"
-        for i in range(12):
-            r.broker.submit(0, f"burst-{i}", f"burst {i}")
         r.step_until(lambda: len(r.engine.batches) >= 3, "the burst's batches")
         assert [len(b) for b in r.engine.batches] == [1, 8, 4]
         r.step_until(lambda: r.settled({f"burst-{i}" for i in range(12)}), "every answer")
@@ -33,14 +41,9 @@ def test_a_burst_after_a_trickle_runs_a_whole_first_batch() -> None:
 
 def test_a_burst_smaller_than_the_old_size_restores_only_what_it_fills() -> None:
     with rig(adaptive_config(), GatedEngine(gated=False)) as r:
-        r.consumer.rebalance("assign", [P0, P1])
-        r.broker.submit(0, "lone", "hello")
-        r.step_until(lambda: "lone" in r.answers(), "the lone request's answer")
-        shrunk = r.worker.batcher.max_batch_size
-        burst = shrunk + 1  # one more than the shrunk size, fewer than the old one
+        # one more than the shrunk size, fewer than the old one
+        burst = trickle_then_burst(r, lambda shrunk: shrunk + 1) + 1
         assert burst < 8
-        for i in range(burst):
-            r.broker.submit(0, f"burst-{i}", f"burst {i}")
         r.step_until(lambda: len(r.engine.batches) >= 2, "the burst's batch")
         assert len(r.engine.batches[1]) == burst
         r.step_until(lambda: r.settled({f"burst-{i}" for i in range(burst)}), "every answer")
