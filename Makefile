@@ -40,6 +40,7 @@ test: venv lint typecheck
 lint: venv
 	$(BIN)/ruff check $(PY_DIRS)
 	$(BIN)/ruff format --check $(PY_DIRS)
+	$(BIN)/lint-imports
 
 typecheck: venv
 	$(BIN)/mypy batcher worker batchpipe tests bench proto/generate.py deploy/cpu_install.py
@@ -57,4 +58,4 @@ bench: venv
 	$(BIN)/python -m bench.run_all
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

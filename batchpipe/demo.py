@@ -23,7 +23,7 @@ from batchpipe.batchfile import scan_file
 from batchpipe.client import Client
 from worker.config import Config
 from worker.kafka.broker import EmbeddedBroker
-from worker.service import Worker
+from worker.loop.service import Worker
 
 #: the model name the echo engine answers to (worker/engines/echo.py)
 ECHO_MODEL = "echo"

@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.integration.harness import isolated_config, running_worker
 from worker.config import Config
-from worker.demand import DemandWriter
+from worker.feeder.demand import DemandWriter
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -37,8 +37,8 @@ from worker.config import BatchingConfig, EngineConfig
 from worker.engines.base import Completion, EngineInput, ResolvedSampling
 from worker.engines.embed.base import EmbeddingEngine
 from worker.engines.factory import create_engine
-from worker.engines.models import EMBEDDING_MODEL
 from worker.kafka.broker import EmbeddedBroker
+from worker.known_models import EMBEDDING_MODEL
 from worker.wire.messages import InferenceRequest
 
 N = 512

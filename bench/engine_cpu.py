@@ -26,7 +26,8 @@ from worker.config import EngineConfig, GenerationConfig
 from worker.engines.base import Completion, EngineInput, ResolvedSampling
 from worker.engines.hf.engine import HFEngine
 from worker.engines.hf.model import load_pretrained, resolve_dtype
-from worker.engines.models import DEFAULT_MODEL, locate_model
+from worker.engines.models import locate_model
+from worker.known_models import DEFAULT_MODEL
 from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
 
 NEW_TOKENS = 32

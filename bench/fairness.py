@@ -19,8 +19,8 @@ each pace in one run of:
 
 Then, at 1 s a step, the large batch alone on **three workers**, FIFO and fair; the
 **mixed-length** batch on the in-flight engine and the small batches after a **cancel**
-(:mod:`bench.fairness_variants`); and the feeder's mover alone (:mod:`bench.mover`: one,
-four and 64 active batches).
+(:mod:`bench.fairness_variants`, on the arms of :mod:`bench.fairness_arms`); and the
+feeder's mover alone (:mod:`bench.mover`: one, four and 64 active batches).
 
     .venv/bin/python -m bench.fairness [--large-20ms 8000] [--large-1s 320] [--every 0.5]
         [--mixed 3000] [--cancel-large 8000]
@@ -29,20 +29,16 @@ four and 64 active batches).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import replace
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any
 
-from batchpipe.client import Client
+from bench import fairness_variants as variants
 from bench import mover
-from bench.common import fresh_config, write_result
-from bench.latency import Seen, read_answers, wait_for
-from tests.integration.harness import running_worker
-from worker.config import Config, EngineConfig
-from worker.kafka import clients
+from bench.common import write_result
+from bench.fairness_arms import Arm, serving
+from bench.latency import wait_for
 from worker.kafka.broker import EmbeddedBroker
 
 SMALL = 10
@@ -51,88 +47,10 @@ SMALL_BATCHES = 10
 PACES = ((0.02, 8_000), (1.0, 320))
 
 
-def lines(prefix: str, n: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "custom_id": f"{prefix}-{i}",
-            "method": "POST",
-            "url": "/v1/chat/completions",
-            "body": {"model": "echo", "messages": [{"role": "user", "content": f"{prefix} {i}"}]},
-        }
-        for i in range(n)
-    ]
-
-
 def jain(rates: Sequence[float]) -> float:
     """Jain's fairness index: 1.0 when every rate is equal, 1/n when one gets everything."""
     total, squares = sum(rates), sum(r * r for r in rates)
     return total * total / (len(rates) * squares) if squares else 1.0
-
-
-class Arm:
-    """A worker on fresh topics with fair share on or off, and a reader of its answers."""
-
-    def __init__(
-        self,
-        bootstrap: str,
-        token_s: float,
-        fair: bool,
-        echo_mode: Literal["static", "in_flight"] = "static",
-    ) -> None:
-        config = fresh_config(bootstrap)
-        engine = EngineConfig(
-            kind="echo", model="echo", simulated_token_s=token_s, echo_mode=echo_mode
-        )
-        self.config: Config = replace(
-            config,
-            engine=engine,
-            generation=replace(config.generation, max_tokens=4),
-            scheduling=replace(config.scheduling, fair=fair),
-        )
-        k = self.config.kafka
-        # the reader is assigned the results partitions that exist when it starts
-        clients.ensure_topics(k, [k.requests_topic, k.results_topic, k.dead_letter_topic])
-        self.client = Client(self.config)
-        self.seen = Seen({}, threading.Lock())
-        self.submitted: dict[str, float] = {}
-
-    def submit(self, prefix: str, n: int) -> list[str]:
-        return self.publish(prefix, lines(prefix, n))[1]
-
-    def publish(self, prefix: str, rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
-        """Submit ``rows`` as one batch named ``prefix``, under its own key ``prefix``: its
-        batch id and custom_ids. Each batch is a tenant of its own, as on a shared fleet;
-        under one key the virtual tags a worker orders by are the key's, so one key's
-        batches run slice after slice, whatever their sizes (§10)."""
-        self.submitted[prefix] = time.time()
-        receipt = self.client.submit(rows, key=prefix)
-        return receipt.batch_id, [str(row["custom_id"]) for row in rows]
-
-    def done_at(self, ids: Sequence[str]) -> float:
-        with self.seen.lock:
-            return max(self.seen.answers[i][0] for i in ids)
-
-    def answered_between(self, ids: Sequence[str], start: float, end: float) -> int:
-        with self.seen.lock:
-            return sum(1 for i in ids if start <= self.seen.answers[i][0] <= end)
-
-
-@contextlib.contextmanager
-def serving(arm: Arm, workers: int = 1) -> Iterator[Arm]:
-    """``arm`` with ``workers`` workers running and its answers read, once one request
-    went through (groups joined, the feeder holds the pending partition)."""
-    stop = threading.Event()
-    reader = threading.Thread(target=read_answers, args=(arm.config, arm.seen, stop), daemon=True)
-    reader.start()
-    try:
-        with contextlib.ExitStack() as fleet:
-            for _ in range(workers):
-                fleet.enter_context(running_worker(arm.config))
-            wait_for(arm.seen, arm.submit("warm", 1), 120)
-            yield arm
-    finally:
-        stop.set()
-        reader.join(10)
 
 
 def run_arm(
@@ -251,7 +169,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--mixed", type=int, default=3_000, help="mixed-length batch's size")
     parser.add_argument("--cancel-large", type=int, default=8_000, help="large batch (cancel)")
     args = parser.parse_args(argv)
-    from bench import fairness_variants as variants  # it builds on this module's arms
 
     sizes = {PACES[0][0]: args.large_20ms, PACES[1][0]: args.large_1s}
     with EmbeddedBroker() as broker:

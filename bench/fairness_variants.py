@@ -24,11 +24,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.fairness import Arm, lines, serving
+from bench.fairness_arms import Arm, lines, serving
 from bench.latency import wait_for
 from tests.integration.harness import reader
-from worker.cancellations import Stop, announce
 from worker.errors import RequestError
+from worker.kafka.cancellations import Stop, announce
 from worker.wire.codec import CodecLimits, decode_request
 
 MIXED_TOKEN_S = 0.02

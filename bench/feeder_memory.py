@@ -38,7 +38,6 @@ from confluent_kafka import Message, TopicPartition
 
 from batcher.fairshare import FairShare
 from bench.common import write_result
-from worker.cancellations import Cancellations
 from worker.feeder import readahead
 from worker.feeder.forward import forward
 from worker.feeder.headers import Charging
@@ -47,6 +46,7 @@ from worker.feeder.naming import pending_headers, tokens_header
 from worker.feeder.plan import Planner
 from worker.feeder.readahead import ReadAhead
 from worker.feeder.stops import Drain
+from worker.kafka.cancellations import Cancellations
 
 CHUNK = 20  # a publisher's records in a row before another's
 SIZE = 4096

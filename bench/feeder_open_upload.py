@@ -31,7 +31,7 @@ from batchpipe import client as client_module
 from batchpipe.batchfile import iter_file
 from batchpipe.client import Client
 from bench.common import DemandStandin, fresh_config, write_result
-from bench.fairness import lines
+from bench.fairness_arms import lines
 from tests.integration.harness import reader
 from worker.config import Config
 from worker.feeder.feeder import Feeder

@@ -41,7 +41,8 @@ from worker.config import BatchingConfig, EngineConfig, GenerationConfig
 from worker.engines.base import Completion, EngineInput, ResolvedSampling
 from worker.engines.hf.engine import HFEngine
 from worker.engines.hf.model import load_pretrained, resolve_dtype
-from worker.engines.models import DEFAULT_MODEL, locate_model
+from worker.engines.models import locate_model
+from worker.known_models import DEFAULT_MODEL
 from worker.wire.messages import SamplingParams
 
 SYSTEM_TOKENS = 300

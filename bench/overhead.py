@@ -65,8 +65,8 @@ from worker.engines.echo import EchoEngine
 from worker.kafka import clients
 from worker.kafka.broker import EmbeddedBroker
 from worker.kafka.consumer import FROM_START
+from worker.loop.service import Worker
 from worker.obs.metrics import STAGES
-from worker.service import Worker
 from worker.wire.codec import encode_request
 from worker.wire.messages import ChatMessage, InferenceRequest
 
@@ -365,7 +365,7 @@ def _profile_shares(profile: cProfile.Profile) -> dict[str, float]:
     written, whatever its parts are called.
     """
     stats: dict[Any, tuple[Any, ...]] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
-    step = [k for k in stats if k[2] == "_step" and k[0].endswith("worker/service.py")]
+    step = [k for k in stats if k[2] == "_step" and k[0].endswith("worker/loop/service.py")]
     total = sum(stats[k][3] for k in step)
     shares: dict[str, float] = {}
     for (path, _, function), row in stats.items():

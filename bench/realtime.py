@@ -59,9 +59,10 @@ from worker.engines.base import (
 )
 from worker.engines.hf.engine import HFEngine
 from worker.engines.hf.model import load_pretrained, resolve_dtype
-from worker.engines.models import DEFAULT_MODEL, locate_model
+from worker.engines.models import locate_model
 from worker.engines.vllm.engine import VllmEngine
 from worker.kafka.broker import EmbeddedBroker
+from worker.known_models import DEFAULT_MODEL
 from worker.wire.messages import InferenceRequest
 
 N = 256

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from worker.engines.models import EMBEDDING_MODEL, locate_model
+from worker.engines.models import locate_model
+from worker.known_models import EMBEDDING_MODEL
 
 
 def reference_vectors(texts: Sequence[str]) -> list[list[float]]:

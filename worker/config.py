@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from importlib import resources
@@ -21,14 +22,16 @@ from urllib.parse import urlsplit
 import jsonschema
 import yaml
 
-from worker.engines.models import known_task
 from worker.envconfig import env_settings, origin_of, short
 from worker.errors import BatchpipeError
-from worker.routing import reserved_topics, route_problems
+from worker.known_models import known_task
 
 #: API keys for ``batchpipe serve`` (comma-separated): secrets, never configuration,
 #: so they never appear in a merged or printed configuration
 API_KEYS_ENV = "BATCHPIPE_API_KEYS"
+
+#: Kafka's legal topic names (as schemas/worker-config.schema.json's ``topic``)
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 class ConfigError(BatchpipeError, ValueError):
@@ -230,7 +233,7 @@ class SchedulingConfig:
     weight: float = 1.0  # a batch's weight unless its publisher gives one
     quantum: int = 64  # requests a batch of weight 1 is fed per turn
     # how much is fed is not set here: each worker reports what it can take and the feeder
-    # keeps it at running + one batch (worker/demand.py, worker/feeder/credits.py)
+    # keeps it at running + one batch (worker/feeder/demand.py, worker/feeder/credits.py)
 
 
 @dataclass(frozen=True)
@@ -642,3 +645,42 @@ def load_config(
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
     return config
+
+
+def route_problems(routes: Mapping[str, str], reserved: Mapping[str, str]) -> list[str]:
+    """``"kafka.routes…: why"`` for each bad route.
+
+    ``reserved`` maps setting names to topics that carry something else (results, dead
+    letters, control, API state): a request published there would be read as one of those.
+    Two models may not share a topic: its group serves one model and would refuse the other's
+    requests with 4002.
+    """
+    found: list[str] = []
+    owners: dict[str, str] = {}
+    for model, topic in routes.items():
+        where = f"kafka.routes[{model!r}]"
+        if not model.strip():
+            found.append(f"{where}: a route needs a model name")
+        if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
+            found.append(f"{where}: {topic!r} is not a Kafka topic name ([A-Za-z0-9._-], 1-249)")
+            continue
+        clash = next((name for name, other in reserved.items() if other == topic), None)
+        if clash is not None:
+            found.append(f"{where}: {topic!r} is the {clash}, not a requests topic")
+        if topic in owners:
+            found.append(
+                f"{where}: {topic!r} is already the topic of model {owners[topic]!r}; each "
+                "model has its own requests topic, consumed by the group that loaded it"
+            )
+        owners.setdefault(topic, model)
+    return found
+
+
+def reserved_topics(kafka: KafkaConfig) -> dict[str, str]:
+    """The topics of ``kafka`` that are not requests topics, by setting name."""
+    return {
+        "kafka.results_topic": kafka.results_topic,
+        "kafka.dead_letter_topic": kafka.dead_letter_topic,
+        "kafka.control_topic": kafka.control_topic,
+        "kafka.state_topic": kafka.state_topic,
+    }

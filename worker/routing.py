@@ -13,26 +13,19 @@ every answer by ``batch_id`` whatever model produced it. Publishers — ``batchp
   (:class:`UnroutedModelError`, 4002 naming the model) before anything is published —
   never sent to a default topic where no worker serves it.
 
-The table lives beside the configuration because ``load_config`` validates it
-(:func:`route_problems`) and a worker checks that its own model's route is the topic it
-consumes (:func:`served_route_problem`).
+The table is built on the configuration: ``load_config`` validates ``kafka.routes`` with
+:func:`worker.config.route_problems`, and a worker checks that its own model's route is
+the topic it consumes (:func:`served_route_problem`).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
+from worker.config import Config, KafkaConfig, reserved_topics, route_problems
 from worker.errors import BatchpipeError, ErrorCode
-
-if TYPE_CHECKING:
-    from worker.config import Config, KafkaConfig
-
-#: Kafka's legal topic names (as schemas/worker-config.schema.json's ``topic``)
-_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 class RoutesError(BatchpipeError, ValueError):
@@ -68,45 +61,6 @@ def parse_route(text: str) -> tuple[str, str]:
     if problems:
         raise RoutesError(f"route {text!r}: {problems[0]}")
     return model, topic
-
-
-def route_problems(routes: Mapping[str, str], reserved: Mapping[str, str]) -> list[str]:
-    """``"kafka.routes…: why"`` for each bad route.
-
-    ``reserved`` maps setting names to topics that carry something else (results, dead
-    letters, control, API state): a request published there would be read as one of those.
-    Two models may not share a topic: its group serves one model and would refuse the other's
-    requests with 4002.
-    """
-    found: list[str] = []
-    owners: dict[str, str] = {}
-    for model, topic in routes.items():
-        where = f"kafka.routes[{model!r}]"
-        if not model.strip():
-            found.append(f"{where}: a route needs a model name")
-        if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
-            found.append(f"{where}: {topic!r} is not a Kafka topic name ([A-Za-z0-9._-], 1-249)")
-            continue
-        clash = next((name for name, other in reserved.items() if other == topic), None)
-        if clash is not None:
-            found.append(f"{where}: {topic!r} is the {clash}, not a requests topic")
-        if topic in owners:
-            found.append(
-                f"{where}: {topic!r} is already the topic of model {owners[topic]!r}; each "
-                "model has its own requests topic, consumed by the group that loaded it"
-            )
-        owners.setdefault(topic, model)
-    return found
-
-
-def reserved_topics(kafka: KafkaConfig) -> dict[str, str]:
-    """The topics of ``kafka`` that are not requests topics, by setting name."""
-    return {
-        "kafka.results_topic": kafka.results_topic,
-        "kafka.dead_letter_topic": kafka.dead_letter_topic,
-        "kafka.control_topic": kafka.control_topic,
-        "kafka.state_topic": kafka.state_topic,
-    }
 
 
 def served_route_problem(config: Config) -> str | None:

@@ -21,6 +21,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from pathlib import Path
 from types import FrameType
 
 import uvicorn
@@ -40,17 +41,26 @@ from batchpipe.api.keymetrics import key_exposition
 from batchpipe.api.lifecycle import Lifecycle
 from batchpipe.api.metrics import ApiMetrics
 from batchpipe.api.state import KafkaUnavailable, StaleRecord, StateTopic
-from batchpipe.api.store import open_store
+from batchpipe.api.store import FileStore, LocalStore
 from batchpipe.api.webhooks.endpoints import load_endpoints
 from batchpipe.api.webhooks.service import Webhooks
 from batchpipe.fleet import FleetModels
 from worker import __version__
-from worker.config import Config
+from worker.config import ApiConfig, Config
 
 log = logging.getLogger("batchpipe.api")
 
 _START_TIMEOUT_S = 60.0
 _STORE_CHECK_S = 2.0  # longest /readyz waits for the file store
+
+
+def open_store(api: ApiConfig) -> FileStore:
+    """The store ``api.store`` names."""
+    if api.store == "s3":
+        from batchpipe.api.s3store import S3Store
+
+        return S3Store(api)
+    return LocalStore(Path(api.store_dir).expanduser())
 
 
 def _owners(keys: Keys) -> list[str]:

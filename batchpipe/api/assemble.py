@@ -24,9 +24,9 @@ from batchpipe.api.retention import expiry
 from batchpipe.api.store import FileStore
 from batchpipe.batchfile import FileLimits, iter_file
 from batchpipe.collect import BatchTally, batch_results, batch_time, open_reader, write_result
-from worker.cancellations import Stop
 from worker.config import Config
-from worker.jobs import Identity, failed
+from worker.kafka.cancellations import Stop
+from worker.loop.jobs import Identity, failed
 from worker.wire.codec import CodecLimits
 
 #: who answers the requests no worker answered, on the error lines

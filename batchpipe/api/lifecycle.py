@@ -53,8 +53,8 @@ from batchpipe.api.store import FileStore
 from batchpipe.api.weights import published_weight
 from batchpipe.batchfile import FileLimits
 from batchpipe.client import Client
-from worker.cancellations import Stop, announce
 from worker.config import Config
+from worker.kafka.cancellations import Stop, announce
 from worker.routing import UnroutedModelError
 
 log = logging.getLogger("batchpipe.api")

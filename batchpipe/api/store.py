@@ -8,7 +8,8 @@ say which files exist, and whose they are, live on the Kafka state topic
 
 ``api.store: local`` (default) is a directory (``api.store_dir``): what ``make demo`` and
 the tests use, and enough for one replica or several sharing a volume.
-``api.store: s3`` is :class:`batchpipe.api.s3store.S3Store`.
+``api.store: s3`` is :class:`batchpipe.api.s3store.S3Store`; :func:`batchpipe.api.app.open_store`
+opens the one ``api.store`` names.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
-
-from worker.config import ApiConfig
 
 CHUNK_BYTES = 1 << 20
 
@@ -106,12 +105,3 @@ def _read(stream: BinaryIO) -> Iterator[bytes]:
     with stream:
         while chunk := stream.read(CHUNK_BYTES):
             yield chunk
-
-
-def open_store(api: ApiConfig) -> FileStore:
-    """The store ``api.store`` names."""
-    if api.store == "s3":
-        from batchpipe.api.s3store import S3Store
-
-        return S3Store(api)
-    return LocalStore(Path(api.store_dir).expanduser())

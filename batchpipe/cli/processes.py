@@ -137,9 +137,9 @@ def _broker(args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     from worker.engines.factory import create_engine, resolve_kind
+    from worker.loop.service import run_worker
     from worker.obs.announce import Announcer
     from worker.obs.logs import setup_logging
-    from worker.service import run_worker
 
     config = load(args)
     check_client_settings(config.kafka)

@@ -24,7 +24,7 @@ from worker.config import Config
 from worker.engines.base import Engine
 from worker.kafka import clients
 from worker.kafka.consumer import FROM_START
-from worker.service import Worker
+from worker.loop.service import Worker
 from worker.wire.codec import decode_result, encode_request
 from worker.wire.messages import InferenceRequest, InferenceResult
 

@@ -26,7 +26,7 @@ from worker.engines.echo import EchoEngine
 from worker.kafka import clients
 from worker.kafka.publisher import GenerationLost
 from worker.kafka.transactions import TransactionalPublisher
-from worker.service import EXIT_WEDGED, Worker
+from worker.loop.service import EXIT_WEDGED, Worker
 from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from tests.embedding_reference import cosine, reference_vectors
 from tests.integration.harness import running_worker
 from tests.openai_sdk import CreateEmbeddingResponse, sdk_line
 from worker.config import Config, EngineConfig
-from worker.engines.models import EMBEDDING_MODEL
+from worker.known_models import EMBEDDING_MODEL
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from batchpipe.client import Client
-from bench.fairness import lines
+from bench.fairness_arms import lines
 from tests.integration.fleet import Member, fleet
 from tests.integration.harness import ResultWatcher, running_worker, write_config
-from worker.cancellations import Stop, announce
 from worker.config import Config
+from worker.kafka.cancellations import Stop, announce
 
 pytestmark = pytest.mark.integration
 

@@ -31,15 +31,15 @@ from batchpipe import client as client_module
 from batchpipe.batchfile import iter_file
 from batchpipe.client import Client
 from bench.common import DemandStandin
-from bench.fairness import lines
+from bench.fairness_arms import lines
 from tests.integration.harness import drain, read_topic, reader
-from worker.cancellations import Stop
 from worker.config import Config
 from worker.errors import ErrorCode
 from worker.feeder.credits import Credits
 from worker.feeder.feeder import Feeder
 from worker.feeder.naming import ensure_pending, pending_topic, state_topic
 from worker.kafka import clients
+from worker.kafka.cancellations import Stop
 from worker.wire.codec import CodecLimits, decode_request
 
 pytestmark = pytest.mark.integration

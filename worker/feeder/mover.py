@@ -31,11 +31,10 @@ from collections.abc import Sequence
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from batcher.fairshare import FairShare
-from worker.cancellations import Cancellations, TopicReader
 from worker.config import Config, producer_max_bytes
-from worker.demand import DemandReader
 from worker.feeder import state
 from worker.feeder.credits import Credits
+from worker.feeder.demand import DemandReader
 from worker.feeder.forward import forward
 from worker.feeder.headers import Charging
 from worker.feeder.index import PendingIndex
@@ -46,6 +45,7 @@ from worker.feeder.readahead import ReadAhead
 from worker.feeder.stops import Drain
 from worker.feeder.trim import Trim
 from worker.kafka import clients
+from worker.kafka.cancellations import Cancellations, TopicReader
 from worker.kafka.consumer import KafkaConsumer, resume_points
 
 TIMEOUT_S = 30.0

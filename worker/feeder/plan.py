@@ -38,13 +38,13 @@ from typing import TypeVar
 from confluent_kafka import KafkaException, Message
 
 from batcher.fairshare import FairShare
-from worker.cancellations import Stop
 from worker.feeder.deadlines import Deadlines
 from worker.feeder.headers import Charging, Scheduled, headers_of, scheduled_as
 from worker.feeder.index import PendingIndex
 from worker.feeder.readahead import PartialRead, ReadAhead
 from worker.feeder.stops import Drain
 from worker.feeder.sweep import FeederError
+from worker.kafka.cancellations import Stop
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Cancelled and expired batches leave fair share at once (docs/architecture.md §10).
 
-The feeder reads the control topic as every worker does (:mod:`worker.cancellations`). A
+The feeder reads the control topic as every worker does (:mod:`worker.kafka.cancellations`). A
 stopped batch is removed from :class:`~batcher.fairshare.FairShare`, so it takes no more
 turns from the batches still running, and what is left of it is *drained*: moved in bulk,
 outside any share and outside the depth limit, for the workers to answer 4005/4006 at
@@ -17,9 +17,9 @@ from collections.abc import Callable
 from confluent_kafka import KafkaException, Message
 
 from batcher.fairshare import FairShare
-from worker.cancellations import Cancellations, Stop
 from worker.feeder.index import PendingIndex
 from worker.feeder.readahead import PartialRead, ReadAhead
+from worker.kafka.cancellations import Cancellations, Stop
 
 
 class Drain:

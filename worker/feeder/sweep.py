@@ -20,16 +20,13 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from worker.errors import BatchpipeError
 from worker.feeder.headers import batch_of, headers_of
 from worker.feeder.index import PendingIndex
-
-if TYPE_CHECKING:
-    from worker.feeder.readahead import ReadAhead
 
 #: a refill seeks over a gap of other batches' records longer than this, else reads on
 GAP_SEEK = 4096
@@ -50,6 +47,34 @@ class Reader(Protocol):
     def consume(self, num_messages: int = ..., timeout: float = ...) -> Sequence[Message]: ...
 
 
+class Ahead(Protocol):
+    """What a sweep hands its records to: the read-ahead
+    (:class:`worker.feeder.readahead.ReadAhead`), which keeps each batch's next ones."""
+
+    def buffer(self, batch_id: str) -> deque[Message]: ...
+
+    def share(self) -> int: ...
+
+    def expect(self, batch_id: str) -> tuple[int, int] | None: ...
+
+    def fits(self, size: int) -> bool: ...
+
+    def short(self, batch_id: str, share: int) -> bool: ...
+
+    def budget_records(self) -> float: ...
+
+    def hand(
+        self,
+        owner: str,
+        m: Message,
+        offset: int,
+        refilled: str,
+        must: bool,
+        share: int,
+        since: int,
+    ) -> bool: ...
+
+
 def size_of(m: Message) -> int:
     return len(m.value() or b"") + len(m.key() or b"")
 
@@ -61,7 +86,7 @@ def offset_of(m: Message) -> int:
 
 
 class Sweep:
-    def __init__(self, reader: Reader, topic: str, index: PendingIndex, ahead: ReadAhead) -> None:
+    def __init__(self, reader: Reader, topic: str, index: PendingIndex, ahead: Ahead) -> None:
         self._reader = reader
         self._topic = topic
         self._index = index

@@ -39,9 +39,9 @@ from worker.kafka.failures import (
     call,
     produce_checked,
 )
+from worker.kafka.outcome import TxOutcome
 from worker.kafka.produce import KafkaProducer
 from worker.kafka.publisher import TIMEOUT_S, Outgoing
-from worker.obs.metrics import TxOutcome
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from batcher import OffsetTracker
-from worker.cancellations import ControlReader, TopicReader
 from worker.config import KafkaConfig, LimitsConfig
 from worker.kafka import clients
+from worker.kafka.cancellations import ControlReader, TopicReader
 from worker.kafka.consumer import KafkaConsumer
+from worker.kafka.outcome import TxOutcome
 from worker.kafka.publisher import AtLeastOncePublisher, Publisher
 from worker.kafka.transactions import TransactionalPublisher
-from worker.obs.metrics import TxOutcome
 
 #: called with the outcome of every transaction that ends
 OnOutcome = Callable[[TxOutcome], None]

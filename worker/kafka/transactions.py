@@ -60,10 +60,10 @@ from worker.kafka.failures import (
     MessageTooLarge,
     TransactionAborted,
 )
+from worker.kafka.outcome import TxOutcome
 from worker.kafka.produce import Headers, ProducerFactory, RecordLimits, record_size
 from worker.kafka.publisher import OnAnswered, Outgoing, Publisher
 from worker.kafka.reclaim import Reclaimer
-from worker.obs.metrics import TxOutcome
 
 log = logging.getLogger(__name__)
 

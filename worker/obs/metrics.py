@@ -22,10 +22,10 @@ from typing import Final, Literal, get_args
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from worker.errors import ErrorCode
+from worker.kafka.outcome import TxOutcome
 from worker.wire.messages import Status
 
 Stage = Literal["decode", "batch", "encode", "produce"]
-TxOutcome = Literal["commit", "abort"]
 RebalanceKind = Literal["assign", "revoke", "lost"]
 
 STATUSES: Final[tuple[Status, ...]] = get_args(Status)

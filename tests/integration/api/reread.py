@@ -29,9 +29,9 @@ from batchpipe.collect import new_batch_id
 from tests.integration.harness import isolated_config
 from worker.config import Config
 from worker.errors import ErrorCode
-from worker.jobs import Identity, failed
 from worker.kafka import clients
 from worker.kafka.broker import EmbeddedBroker
+from worker.loop.jobs import Identity, failed
 from worker.wire.codec import encode_result
 
 

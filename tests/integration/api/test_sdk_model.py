@@ -16,7 +16,7 @@ from tests.integration.api.test_sdk_echo import lines_of, wait_for
 from tests.integration.harness import running_worker
 from tests.openai_sdk import ChatCompletion, CreateEmbeddingResponse, sdk_line, sdk_parse
 from worker.config import Config, EngineConfig
-from worker.engines.models import EMBEDDING_MODEL
+from worker.known_models import EMBEDDING_MODEL
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 

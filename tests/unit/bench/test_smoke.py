@@ -16,12 +16,13 @@ from bench import run_all
 BENCH = Path(run_all.__file__).resolve().parent
 # shared helpers, the charts, the published figures, the runner itself, the stand-in OpenAI
 # server (bench.remote's and the tests'), the feeder's mover and the
-# mixed-length and cancel arms (part of bench.fairness), the
+# mixed-length and cancel arms and the arms they share (part of bench.fairness), the
 # feeder at scale and behind an open upload (feeder_memory, feeder_open_upload: run by
 # hand under the heavy lock, minutes; issue 38), builds of the worker side by side
 # (builds: needs the other trees, a mypyc build or a prototype; issue 42), and
 # the check for a machine with a GPU (gpu_check and its sections)
 NOT_BENCHMARKS = {"__init__", "common", "plot", "figures", "tables", "run_all", "mover"} | {
+    "fairness_arms",
     "fairness_variants",
     "feeder_memory",
     "feeder_open_upload",

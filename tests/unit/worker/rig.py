@@ -21,7 +21,7 @@ from worker.config import (
     SchedulingConfig,
     WorkerConfig,
 )
-from worker.service import Worker
+from worker.loop.service import Worker
 from worker.wire.messages import InferenceResult
 
 from .fakes import (

@@ -8,8 +8,8 @@ from typing import cast
 
 import pytest
 
-from worker.cancellations import Cancellations, Stop
 from worker.errors import ErrorCode
+from worker.kafka.cancellations import Cancellations, Stop
 
 from .fakes import FakeClients, FakeControl, GatedEngine, GatedInFlightEngine
 from .rig import P0, loop_config, rig

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from worker.service import EXIT_OK, Worker
+from worker.loop.service import EXIT_OK, Worker
 
 from .fakes import FakeBroker, FakeClients, GatedEngine, GatedInFlightEngine
 from .rig import P0, P1, RESULTS, TOPIC, WAIT_S, Rig, loop_config, rig

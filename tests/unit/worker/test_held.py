@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from batcher import Partition
 from worker.feeder.headers import TAG_HEADER
-from worker.held import HeldRecords
 from worker.kafka.consumer import Record, RecordHeaders
+from worker.loop.held import HeldRecords
 
 from .fakes import FakeMessage
 from .rig import P0, P1

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from worker.errors import ErrorCode
-from worker.inflight_stage import InFlightStage
+from worker.loop.inflight_stage import InFlightStage
 
 from .fakes import GatedInFlightEngine, RebalanceKind
 from .rig import P0, P1, TOPIC, loop_config, rig

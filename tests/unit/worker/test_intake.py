@@ -12,8 +12,8 @@ from batcher import Pending
 from worker.config import BatchingConfig, GenerationConfig
 from worker.engines.base import Engine, ResolvedSampling
 from worker.engines.echo import EchoEngine
-from worker.intake import Intake, _dedup_key
-from worker.jobs import Identity, Job, Source
+from worker.loop.intake import Intake, _dedup_key
+from worker.loop.jobs import Identity, Job, Source
 from worker.wire.codec import CodecLimits, encode_request
 from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
 
@@ -163,7 +163,7 @@ def test_a_refused_setting_is_refused_for_every_request_under_its_own_custom_id(
 
 
 def test_the_table_of_resolved_settings_is_bounded() -> None:
-    from worker.intake import RESOLVED_KEPT
+    from worker.loop.intake import RESOLVED_KEPT
 
     engine = EchoEngine()
     intake = Intake(engine, Identity("w", engine.model_name), BatchingConfig(), DEFAULTS, LIMITS)

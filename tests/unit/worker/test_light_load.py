@@ -32,7 +32,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
     fake = FakeClock()
-    monkeypatch.setattr("worker.service.time.monotonic", fake)
+    monkeypatch.setattr("worker.loop.service.time.monotonic", fake)
     yield fake
 
 

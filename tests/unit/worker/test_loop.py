@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from worker.errors import ErrorCode
-from worker.service import EXIT_OK, EXIT_WEDGED, Worker
+from worker.loop.service import EXIT_OK, EXIT_WEDGED, Worker
 
 from .fakes import FakeBroker, FakeClients, GatedEngine, RebalanceKind
 from .rig import P0, P1, RESULTS, TOPIC, WAIT_S, Rig, loop_config, rig

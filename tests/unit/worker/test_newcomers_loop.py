@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-import worker.engine_stage
-import worker.runner
-import worker.service
+import worker.loop.engine_stage
+import worker.loop.runner
+import worker.loop.service
 from worker.engines.base import EngineInput, OnComplete
 from worker.feeder.headers import TAG_HEADER
 from worker.wire.codec import encode_request
@@ -97,7 +97,7 @@ class OneByOne(GatedEngine):
 
 def fake_time(monkeypatch: pytest.MonkeyPatch) -> Clock:
     clock = Clock()
-    for module in (worker.service, worker.engine_stage, worker.runner):
+    for module in (worker.loop.service, worker.loop.engine_stage, worker.loop.runner):
         monkeypatch.setattr(module, "time", clock)
     return clock
 

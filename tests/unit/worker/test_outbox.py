@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import cast
 
 from worker.config import KafkaConfig
-from worker.jobs import Identity, Source
 from worker.kafka.produce import Headers
 from worker.kafka.publisher import OnAnswered, Publisher
-from worker.ledger import Ledger
+from worker.loop.jobs import Identity, Source
+from worker.loop.ledger import Ledger
+from worker.loop.outbox import Outbox
 from worker.obs.metrics import WorkerMetrics
-from worker.outbox import Outbox
 from worker.wire.codec import decode_result
 from worker.wire.messages import InferenceResult
 

@@ -16,8 +16,8 @@ from worker.config import BatchingConfig
 from worker.engines.base import ResolvedSampling
 from worker.engines.echo import EchoEngine
 from worker.errors import RequestError
-from worker.intake import Intake, Rejection
-from worker.jobs import Identity, Source
+from worker.loop.intake import Intake, Rejection
+from worker.loop.jobs import Identity, Source
 from worker.wire import codec, validation
 from worker.wire.codec import CodecLimits, decode_request, encode_request
 from worker.wire.messages import (

@@ -33,8 +33,8 @@ from batchpipe.api.records import BatchRecord, Counts, FileRecord, new_file_id
 from batchpipe.api.state import StateClients, StateTopic
 from batchpipe.api.store import LocalStore
 from batchpipe.collect import new_batch_id
-from worker.cancellations import Stop
 from worker.config import ApiConfig, Config
+from worker.kafka.cancellations import Stop
 
 KEYS = Keys({"sk-alice": "alice", "sk-bob": "bob"})
 ALICE = {"Authorization": "Bearer sk-alice"}

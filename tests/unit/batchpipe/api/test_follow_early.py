@@ -17,7 +17,7 @@ from batchpipe.api.records import BatchRecord, Counts
 from tests.unit.batchpipe.api.test_records import BATCH
 from worker.config import Config
 from worker.errors import ErrorCode
-from worker.jobs import Identity, failed
+from worker.loop.jobs import Identity, failed
 from worker.wire.codec import encode_result
 
 

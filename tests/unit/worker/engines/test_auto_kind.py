@@ -16,7 +16,7 @@ import pytest
 
 from worker.config import BatchingConfig, EngineConfig
 from worker.engines.factory import create_engine, resolve_kind
-from worker.service import EXIT_MODEL_LOAD, Worker
+from worker.loop.service import EXIT_MODEL_LOAD, Worker
 
 from ..fakes import FakeBroker, FakeClients
 from ..rig import TOPIC, loop_config

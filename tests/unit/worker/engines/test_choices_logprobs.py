@@ -14,7 +14,7 @@ from worker.engines.base import Completion as EngineCompletion
 from worker.engines.base import EngineInput, StaticEngine
 from worker.engines.echo import UNLIKELY, EchoEngine
 from worker.engines.hf.engine import HFEngine
-from worker.jobs import Identity, Job, Source, completed
+from worker.loop.jobs import Identity, Job, Source, completed
 from worker.wire.answers import format_output_line
 from worker.wire.messages import ChatMessage, Endpoint, InferenceRequest
 

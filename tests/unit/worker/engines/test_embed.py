@@ -21,10 +21,11 @@ from worker.engines.echo import EchoEngine
 from worker.engines.embed.base import EmbeddingEngine, Vector
 from worker.engines.embed.hf import chunks, pool
 from worker.engines.embed.recipe import Recipe, read_recipe
-from worker.engines.models import EMBEDDING_MODEL, locate_model
+from worker.engines.models import locate_model
 from worker.errors import ErrorCode, ModelLoadError
-from worker.intake import Intake, Rejection
-from worker.jobs import Identity, Job, Source, completed
+from worker.known_models import EMBEDDING_MODEL
+from worker.loop.intake import Intake, Rejection
+from worker.loop.jobs import Identity, Job, Source, completed
 from worker.wire.answers import format_output_line
 from worker.wire.codec import CodecLimits, decode_result, encode_request, encode_result
 from worker.wire.messages import ChatMessage, InferenceRequest

@@ -17,8 +17,9 @@ from tests.unit.conftest import resolved, tiny_llama
 from worker.config import EngineConfig
 from worker.engines.base import Completion, EngineInput, EngineOutOfMemory
 from worker.engines.hf.engine import HFEngine
-from worker.engines.models import DEFAULT_MODEL, ModelSource, locate_model
+from worker.engines.models import ModelSource, locate_model
 from worker.errors import ModelLoadError, RequestError
+from worker.known_models import DEFAULT_MODEL
 from worker.wire.messages import ChatMessage, InferenceRequest
 
 

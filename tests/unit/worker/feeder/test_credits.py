@@ -1,6 +1,6 @@
 """Credits from the workers keep a fleet busy whatever its requests take (issue 39).
 
-A fake-clock fleet drives the real :class:`~worker.demand.Reporter` and
+A fake-clock fleet drives the real :class:`~worker.feeder.demand.Reporter` and
 :class:`~worker.feeder.credits.Credits`: ``workers`` workers, each holding one partition
 of the requests topic and admitting up to ``SLOTS`` requests, report their demand; an
 in-flight engine runs up to ``engine`` of them at a time (all of them, by default) and
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from worker.demand import Demand, Reporter, decode
 from worker.feeder.credits import CUSHION_S, STALE_S, Credits
+from worker.feeder.demand import Demand, Reporter, decode
 
 STEP_S = 0.1
 SLOTS = 64

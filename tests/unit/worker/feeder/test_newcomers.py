@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from batcher import BatchLimits, DynamicBatcher, Pending
 from batcher.fairshare import FairShare
 from tests.unit.worker.feeder.test_quarantine import Feeder, Producer, record
-from worker.demand import Demand
 from worker.feeder.credits import Credits
+from worker.feeder.demand import Demand
 from worker.feeder.forward import forward
 from worker.feeder.headers import MAX_NUMBER_CHARS, TAG_HEADER, tag_of, with_tag
 from worker.feeder.plan import Step, in_tag_order

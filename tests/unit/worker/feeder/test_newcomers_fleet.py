@@ -1,6 +1,6 @@
 """Newcomers first on a fake clock: a small batch submitted behind a large one.
 
-The fleet of :mod:`test_credits` (the real :class:`~worker.demand.Reporter` and
+The fleet of :mod:`test_credits` (the real :class:`~worker.feeder.demand.Reporter` and
 :class:`~worker.feeder.credits.Credits`, reports 0.3 s late) with the feeder's real
 :class:`~batcher.fairshare.FairShare` choosing what to feed, and workers that hold what
 they admit in the real :class:`~batcher.batcher.DynamicBatcher`: ``PREFETCH`` requests
@@ -35,8 +35,8 @@ import pytest
 from batcher import BatchLimits, DynamicBatcher, Pending
 from batcher.fairshare import FairShare
 from tests.unit.worker.feeder.test_credits import LAG_STEPS, STEP_S, Clock, Wire
-from worker.demand import Reporter, decode
 from worker.feeder.credits import Credits
+from worker.feeder.demand import Reporter, decode
 from worker.feeder.plan import in_tag_order
 
 PREFETCH = 64

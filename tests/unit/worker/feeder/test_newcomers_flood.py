@@ -15,8 +15,8 @@ from confluent_kafka import Message
 
 from tests.unit.worker.fakes import FakeMessage
 from tests.unit.worker.feeder.test_quarantine import Feeder
-from worker.demand import Demand
 from worker.feeder.credits import Credits
+from worker.feeder.demand import Demand
 from worker.feeder.naming import pending_headers, tokens_header
 
 PREFETCH = 64

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from batcher.fairshare import FairShare
 from tests.unit.worker.fakes import FakeClients, FakeControl, FakeMessage, GatedEngine
 from tests.unit.worker.rig import P0, loop_config, rig
-from worker.cancellations import Cancellations, Stop
 from worker.errors import ErrorCode
 from worker.feeder import readahead, sweep
 from worker.feeder.forward import forward
@@ -30,6 +29,7 @@ from worker.feeder.naming import pending_headers, tokens_header
 from worker.feeder.plan import Planner
 from worker.feeder.readahead import ReadAhead
 from worker.feeder.stops import Drain
+from worker.kafka.cancellations import Cancellations, Stop
 
 LIMIT = 1000  # the producer's message.max.bytes in these tests
 

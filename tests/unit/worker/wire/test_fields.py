@@ -17,8 +17,8 @@ from worker.engines import support
 from worker.engines.base import Engine
 from worker.engines.echo import EchoEngine
 from worker.errors import ErrorCode, RequestError
-from worker.intake import Intake, Rejection
-from worker.jobs import Identity, Source
+from worker.loop.intake import Intake, Rejection
+from worker.loop.jobs import Identity, Source
 from worker.wire.batchline import parse_line
 from worker.wire.codec import CodecLimits, encode_request
 from worker.wire.fields import BOTH, FIELDS, body_field

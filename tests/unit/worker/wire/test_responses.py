@@ -16,8 +16,8 @@ from tests.openai_sdk import Response, sdk_line
 from worker.config import BatchingConfig, GenerationConfig
 from worker.engines.echo import EchoEngine
 from worker.errors import ErrorCode, RequestError
-from worker.intake import Intake, Rejection
-from worker.jobs import Identity, Source
+from worker.loop.intake import Intake, Rejection
+from worker.loop.jobs import Identity, Source
 from worker.wire.answers import format_error_line, format_output_line
 from worker.wire.batchline import parse_line, request_to_line
 from worker.wire.codec import CodecLimits, decode_request, encode_request

@@ -24,8 +24,8 @@ from worker.engines.factory import create_engine
 from worker.engines.remote.bodies import request_call
 from worker.engines.remote.engine import RemoteEngine
 from worker.errors import ModelLoadError
-from worker.intake import Intake
-from worker.jobs import Identity, Job, Source
+from worker.loop.intake import Intake
+from worker.loop.jobs import Identity, Job, Source
 from worker.wire.codec import CodecLimits, encode_request
 from worker.wire.messages import ChatMessage, InferenceRequest
 

@@ -1,11 +1,11 @@
 """The worker: poll → decode → admit → batch → run → publish → commit, until stopped.
 
 One thread owns the consumer, the batcher and the offsets; the engine runs on its own
-thread (:mod:`worker.runner`) or its own scheduler (an in-flight engine), and under
+thread (:mod:`worker.loop.runner`) or its own scheduler (an in-flight engine), and under
 exactly-once the commits run on the committer thread (:mod:`worker.kafka.committer`), so
 the loop keeps polling, decoding and choosing what goes next while the engine computes
 and a transaction commits. The stage
-between them depends on how the engine is fed (:mod:`worker.stage`). Every consumed
+between them depends on how the engine is fed (:mod:`worker.loop.stage`). Every consumed
 record is answered exactly once — a result, an error result or a dead letter — before its
 offset can be committed.
 """
@@ -32,28 +32,30 @@ from batcher import (
     Pending,
 )
 from worker import __version__
-from worker.cancellations import Cancellations
 from worker.config import Config
-from worker.demand import DemandWriter
-from worker.engines.base import Engine
+from worker.engines.base import Engine, InFlightEngine, StaticEngine
 from worker.engines.factory import create_engine, resolve_kind
 from worker.errors import ErrorCode, ModelLoadError
+from worker.feeder.demand import DemandWriter
 from worker.feeder.feeder import Feeder
 from worker.feeder.headers import headers_of
-from worker.held import HeldRecords
-from worker.intake import DeadLetter, Intake, Outcome
-from worker.jobs import Identity, Job, Source
+from worker.kafka.cancellations import Cancellations
 from worker.kafka.consumer import KafkaConsumer, Record, resume_points
 from worker.kafka.factory import ConfluentClients, KafkaClients
 from worker.kafka.failures import GenerationLost
 from worker.kafka.publisher import FatalKafkaError, Publisher, TransactionAborted, rewind
-from worker.ledger import Ledger
+from worker.loop.engine_stage import EngineStage
+from worker.loop.held import HeldRecords
+from worker.loop.inflight_stage import InFlightStage
+from worker.loop.intake import DeadLetter, Intake, Outcome
+from worker.loop.jobs import Identity, Job, Source
+from worker.loop.ledger import Ledger
+from worker.loop.outbox import Outbox
+from worker.loop.stage import Stage, StageParts
 from worker.obs.health import Health, MetricsServer
 from worker.obs.lag import LagProbe
 from worker.obs.logs import SummaryLogger
 from worker.obs.metrics import WorkerMetrics
-from worker.outbox import Outbox
-from worker.stage import Stage, StageParts, create_stage
 from worker.wire.codec import CodecLimits
 
 log = logging.getLogger("batchpipe.worker")
@@ -333,7 +335,7 @@ class Worker:
 
     def _poll(self, draining: bool, wait: bool = True) -> list[Record]:
         """Records to admit now, never more than the room: everything read goes through
-        :mod:`worker.held`, which hands them over in read order but newcomers first.
+        :mod:`worker.loop.held`, which hands them over in read order but newcomers first.
 
         Full, the worker reads on, up to one engine batch ahead
         (``batching.max_batch_size``), so that a record fed while the engine runs is at hand
@@ -374,7 +376,7 @@ class Worker:
         elif not room and wait:
             time.sleep(min(timeout, 0.002))  # full for a moment: let the engine free room
         # read what is fetched already, so that the held records are taken newcomers first
-        # (worker.held), not in the order librdkafka fetched them; an engine batch's worth
+        # (worker.loop.held), not in the order librdkafka fetched them; an engine batch's worth
         # at a time, so that the bytes bound is passed by one such read at most
         while more and self._held.bytes < _DEEP_BYTES and len(self._held) < self._deep:
             ask = min(self._deep - len(self._held), self._ahead)
@@ -606,6 +608,16 @@ class Worker:
             self._consumer.resume(assignment)
         self._paused = pause
         self.metrics.set_paused(len(assignment) if pause else 0)
+
+
+def create_stage(engine: Engine, adaptive: AdaptiveBatchSize, parts: StageParts) -> Stage:
+    """The stage for ``engine``'s feeding mode (:attr:`Engine.mode`); ``adaptive`` shrinks
+    static batches that ran out of memory."""
+    if isinstance(engine, StaticEngine):
+        return EngineStage(engine, adaptive, parts)
+    if isinstance(engine, InFlightEngine):
+        return InFlightStage(engine, parts)
+    raise TypeError(f"engine {type(engine).__name__} is neither static nor in flight")
 
 
 def _checked(messages: Sequence[Record], read_to: dict[Partition, int]) -> list[Record]:

@@ -23,7 +23,7 @@ taken before any record read more than ``window`` after it, so a producer that w
 tags on everything (anyone can write the requests topic) delays another record by at most
 ``window`` records, and records without a tag keep their read order.
 
-A held record is not opened in the :class:`~worker.ledger.Ledger`, so no commit can pass
+A held record is not opened in the :class:`~worker.loop.ledger.Ledger`, so no commit can pass
 it: the group's committed offset stays at or below it until it is admitted and answered.
 Records of partitions revoked, lost or rewound are let go: the partition is read again
 from its committed offset, here or by its new owner.

@@ -1,12 +1,12 @@
 """batch → run for a static engine: formed batches go to the engine thread; what finishes
-becomes results (the :class:`~worker.stage.Stage` of :class:`StaticEngine`).
+becomes results (the :class:`~worker.loop.stage.Stage` of :class:`StaticEngine`).
 
 At most one batch is in the engine at a time. The next one is formed only when the
 engine is free, so under load it takes everything that queued meanwhile (fuller
 batches), while polling and decoding go on in the worker loop. A batch that outlives
 ``engine.engine_timeout_s`` fails with 5000 and wedges the worker (not live, not ready):
 a hung engine thread cannot be stopped from Python, only replaced by restarting the
-process, so the worker leaves the group and exits (:meth:`worker.service.Worker.run`).
+process, so the worker leaves the group and exits (:meth:`worker.loop.service.Worker.run`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from batcher import AdaptiveBatchSize, Batch, Partition
 from worker.engines.base import StaticEngine
-from worker.jobs import Job
-from worker.runner import BatchDone, EngineRunner, Finished
-from worker.stage import Stage, StageParts
+from worker.loop.jobs import Job
+from worker.loop.runner import BatchDone, EngineRunner, Finished
+from worker.loop.stage import Stage, StageParts
 
 log = logging.getLogger("batchpipe.worker")
 

@@ -2,7 +2,7 @@
 
 An answer is a result on the results topic or, for a record without a recoverable
 ``custom_id``, a dead letter. Each is counted in the metrics and closed in the
-:class:`~worker.ledger.Ledger` once it counts as given (see :mod:`worker.kafka.publisher`).
+:class:`~worker.loop.ledger.Ledger` once it counts as given (see :mod:`worker.kafka.publisher`).
 
 An answer bigger than the producers' ``message.max.bytes`` is never fatal, and never
 lost: a result becomes a 4003 error result for its request (text and metadata dropped);
@@ -24,11 +24,11 @@ from msgspec import structs
 from batcher import Partition
 from worker.config import KafkaConfig
 from worker.errors import ErrorCode
-from worker.intake import DeadLetter
-from worker.jobs import Identity, Job, Source, failed
 from worker.kafka.produce import Headers
 from worker.kafka.publisher import MessageTooLarge, OnAnswered, Publisher
-from worker.ledger import Ledger
+from worker.loop.intake import DeadLetter
+from worker.loop.jobs import Identity, Job, Source, failed
+from worker.loop.ledger import Ledger
 from worker.obs.metrics import WorkerMetrics
 from worker.wire.codec import encode_result
 from worker.wire.messages import ErrorInfo, InferenceResult

@@ -1,10 +1,10 @@
 """batch → run: what the worker loop asks of the stage that feeds the engine.
 
 Two stages implement it, one per feeding mode (docs/architecture.md §3):
-:class:`~worker.engine_stage.EngineStage` hands a :class:`~worker.engines.base.StaticEngine`
-one batch at a time; :class:`~worker.inflight_stage.InFlightStage` keeps an
+:class:`~worker.loop.engine_stage.EngineStage` hands a :class:`~worker.engines.base.StaticEngine`
+one batch at a time; :class:`~worker.loop.inflight_stage.InFlightStage` keeps an
 :class:`~worker.engines.base.InFlightEngine` full, submitting requests as room frees.
-:func:`create_stage` picks the one the engine needs.
+:func:`worker.loop.service.create_stage` picks the one the engine needs.
 
 Every step the loop calls :meth:`Stage.collect` (answer what finished), then
 :meth:`Stage.dispatch` (hand over what is due). On a revoke (or an abort's rewind) it calls
@@ -22,14 +22,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
-from batcher import AdaptiveBatchSize, DynamicBatcher, Partition, Pending
+from batcher import DynamicBatcher, Partition, Pending
 from worker.config import Config
-from worker.engines.base import Completion, Engine, InFlightEngine, StaticEngine
+from worker.engines.base import Completion
 from worker.errors import ErrorCode
-from worker.jobs import Identity, Job, completed
+from worker.loop.jobs import Identity, Job, completed
+from worker.loop.outbox import Outbox
 from worker.obs.health import Health
 from worker.obs.metrics import WorkerMetrics
-from worker.outbox import Outbox
 
 log = logging.getLogger("batchpipe.worker")
 
@@ -127,17 +127,3 @@ class Stage(ABC):
                 self._outbox.failure(answered.payload, ErrorCode.ENGINE_FAILED, reason)
                 failed += 1
         log.error("%s; failed %d requests, leaving the group", reason, failed)
-
-
-def create_stage(engine: Engine, adaptive: AdaptiveBatchSize, parts: StageParts) -> Stage:
-    """The stage for ``engine``'s feeding mode (:attr:`Engine.mode`); ``adaptive`` shrinks
-    static batches that ran out of memory."""
-    # imported here: both stages subclass Stage, defined above
-    from worker.engine_stage import EngineStage
-    from worker.inflight_stage import InFlightStage
-
-    if isinstance(engine, StaticEngine):
-        return EngineStage(engine, adaptive, parts)
-    if isinstance(engine, InFlightEngine):
-        return InFlightStage(engine, parts)
-    raise TypeError(f"engine {type(engine).__name__} is neither static nor in flight")

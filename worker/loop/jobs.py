@@ -22,7 +22,7 @@ class Source:
     """Where a record came from: enough to commit past it and to dead-letter it.
 
     ``generation`` tells two consumptions of one offset apart: the
-    :attr:`~worker.ledger.Ledger.generation` it was read in.
+    :attr:`~worker.loop.ledger.Ledger.generation` it was read in.
     """
 
     topic: str

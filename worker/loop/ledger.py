@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Collection
 
 from batcher import Admission, OffsetTracker, Partition
-from worker.jobs import Source
+from worker.loop.jobs import Source
 
 
 class Ledger:
@@ -25,7 +25,7 @@ class Ledger:
         # offset → whether the record still holds its slot
         self._open: defaultdict[Partition, dict[int, bool]] = defaultdict(dict)
         #: counts :meth:`forget` calls; a record read again after its partition was
-        #: forgotten is read in a later generation (see :attr:`worker.jobs.Source.ref`)
+        #: forgotten is read in a later generation (see :attr:`worker.loop.jobs.Source.ref`)
         self.generation = 0
 
     def __len__(self) -> int:

@@ -21,7 +21,7 @@ from worker.engines.base import Engine, EngineInput, ResolvedSampling
 from worker.engines.support import refused_field, unsupported
 from worker.errors import ErrorCode, RequestError
 from worker.feeder.headers import tag_of
-from worker.jobs import Identity, Job, Source, failed
+from worker.loop.jobs import Identity, Job, Source, failed
 from worker.wire.batchline import URLS
 from worker.wire.codec import CodecLimits, Headers, decode_request
 from worker.wire.messages import (

@@ -1,6 +1,6 @@
 """batch → run for an in-flight engine: keep it full, answer each request as it finishes.
 
-The :class:`~worker.stage.Stage` of :class:`~worker.engines.base.InFlightEngine`
+The :class:`~worker.loop.stage.Stage` of :class:`~worker.engines.base.InFlightEngine`
 (vllm, trtllm, echo in flight). There is no batch to wait for: whenever the engine has
 room, :meth:`DynamicBatcher.take` chooses which queued requests go next — by the batcher's
 formation (priority with aging, deadlines, dedup, shared prefix, length) — and they are
@@ -13,8 +13,8 @@ submitted at once. The room is the smallest of what the engine reports
 Each completion is answered when it arrives; offsets commit past answered records only
 (the ledger and the publisher are the same as for static batches). A revoked partition's
 requests are aborted in the engine and never answered here; a record read again later is
-a new consumption with a new key (:attr:`worker.jobs.Source.ref`), so it never meets its
-old run. The stage is *wedged* (:class:`~worker.stage.Stage`: its requests fail with 5000,
+a new consumption with a new key (:attr:`worker.loop.jobs.Source.ref`), so it never meets its
+old run. The stage is *wedged* (:class:`~worker.loop.stage.Stage`: its requests fail with 5000,
 the worker exits) when the engine completes nothing for ``engine.engine_timeout_s`` while
 holding requests, or when ``capacity``, ``submit``, ``abort`` or ``completions`` raise
 (the engine itself broke).
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from batcher import Partition, Pending
 from worker.engines.base import InFlightEngine
-from worker.jobs import Job
-from worker.stage import Stage, StageParts
+from worker.loop.jobs import Job
+from worker.loop.stage import Stage, StageParts
 
 log = logging.getLogger("batchpipe.worker")
 
