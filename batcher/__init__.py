@@ -9,7 +9,7 @@ from batcher.adaptive import AdaptiveBatchSize
 from batcher.admission import Admission
 from batcher.batcher import DynamicBatcher
 from batcher.formation import PREFIX_BLOCK_TOKENS, length_distance, prefix_key_of, select
-from batcher.offsets import OffsetTracker
+from batcher.offsets import OffsetTracker, Progress
 from batcher.types import Batch, BatchLimits, Partition, Pending, Reason
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "OffsetTracker",
     "Partition",
     "Pending",
+    "Progress",
     "Reason",
     "length_distance",
     "prefix_key_of",

@@ -18,7 +18,12 @@ visible to that reader) and the results' own stage timings (``queued_s``,
 * end-to-end P99 ≤ ``timeout_ms`` + 1.2 × engine batch time (the P50 of ``engine_s``) +
   ``commit_interval_ms`` + 50 ms.
 
-    .venv/bin/python -m bench.latency [--seconds S] [--partitions 1,6,64]
+With ``--mixed`` every tenth request offered asks for :data:`LONG_TOKENS` tokens (a
+second of decoding steps) instead of :data:`MAX_TOKENS`, and the figures are given for the
+short requests too (``short``): how long an answer waits when longer ones run ahead of it
+in its partition (issue 48); written to ``latency_mixed.json``.
+
+    .venv/bin/python -m bench.latency [--seconds S] [--partitions 1,6,64] [--mixed]
 """
 
 from __future__ import annotations
@@ -39,10 +44,13 @@ from worker.config import Config, EngineConfig
 from worker.kafka import clients
 from worker.kafka.broker import EmbeddedBroker
 from worker.wire.codec import decode_result
-from worker.wire.messages import Timings
+from worker.wire.messages import InferenceRequest, SamplingParams, Timings
 
 STEP_S = 0.01
 MAX_TOKENS = 4
+#: --mixed: every LONG_EVERY-th request asks for LONG_TOKENS tokens
+LONG_EVERY = 10
+LONG_TOKENS = 100
 CAPACITY_REQUESTS = 1_500
 LOADS = (0.5, 0.1)
 MODES = ("static", "in_flight")
@@ -93,28 +101,45 @@ def _percentiles(values: Sequence[float]) -> dict[str, float]:
 class Offered:
     """Publishes requests of one phase (ids ``<phase>-<i>``), noting when each was sent."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, mixed: bool = False) -> None:
         self.config = config
         self.producer = clients.producer(config.kafka, extra={"linger.ms": 0})
         self.sent: dict[str, float] = {}
+        self.mixed = mixed  # every LONG_EVERY-th request long
+        self.long: set[str] = set()
 
     def publish(self, phase: str, count: int, rate: float | None) -> list[str]:
         requests = summary_requests(count, MAX_TOKENS)
         ids, start = [], time.time()
         for i, request in enumerate(requests):
-            request = structs.replace(request, custom_id=f"{phase}-{i}")
-            value, raw = json_request(request)
-            headers: list[tuple[str, str | bytes | None]] = [*raw]
             if rate is not None:
                 time.sleep(max(0.0, start + i / rate - time.time()))
-            self.sent[request.custom_id] = time.time()
-            self.producer.produce(
-                self.config.kafka.requests_topic, value, request.custom_id.encode(), headers=headers
-            )
-            self.producer.poll(0)
-            ids.append(request.custom_id)
+            request = structs.replace(request, custom_id=f"{phase}-{i}")
+            if self.mixed and i % LONG_EVERY == LONG_EVERY - 1:
+                sampling = structs.replace(request.sampling, max_tokens=LONG_TOKENS)
+                request = structs.replace(request, sampling=sampling)
+                self.long.add(request.custom_id)
+            ids.append(self._send(request))
         self.producer.flush(30)
         return ids
+
+    def publish_long(self, custom_id: str, tokens: int) -> str:
+        """One request whose answer takes ``tokens`` decoding steps: the echo engines'
+        tokens are the prompt's bytes, echoed up to ``max_tokens``."""
+        sampling = SamplingParams(max_tokens=tokens, temperature=0.0)
+        request = InferenceRequest(custom_id=custom_id, prompt="x" * tokens, sampling=sampling)
+        self._send(request)
+        self.producer.flush(30)
+        return custom_id
+
+    def _send(self, request: InferenceRequest) -> str:
+        value, raw = json_request(request)
+        headers: list[tuple[str, str | bytes | None]] = [*raw]
+        self.sent[request.custom_id] = time.time()
+        key = request.custom_id.encode()
+        self.producer.produce(self.config.kafka.requests_topic, value, key, headers=headers)
+        self.producer.poll(0)
+        return request.custom_id
 
 
 def _config(bootstrap: str, mode: str, partitions: int) -> Config:
@@ -125,7 +150,9 @@ def _config(bootstrap: str, mode: str, partitions: int) -> Config:
     return replace(config, engine=engine, kafka=kafka, generation=generation)
 
 
-def measure(bootstrap: str, mode: str, partitions: int, seconds: float) -> dict[str, Any]:
+def measure(
+    bootstrap: str, mode: str, partitions: int, seconds: float, mixed: bool = False
+) -> dict[str, Any]:
     config = _config(bootstrap, mode, partitions)
     k = config.kafka
     clients.ensure_topics(k, [k.requests_topic, k.results_topic, k.dead_letter_topic])
@@ -133,7 +160,7 @@ def measure(bootstrap: str, mode: str, partitions: int, seconds: float) -> dict[
     stop = threading.Event()
     reading = threading.Thread(target=read_answers, args=(config, seen, stop), daemon=True)
     reading.start()
-    offered = Offered(config)
+    offered = Offered(config, mixed)
     row: dict[str, Any] = {"engine": f"echo {mode}", "partitions": partitions}
     try:
         with running_worker(config):
@@ -151,7 +178,11 @@ def measure(bootstrap: str, mode: str, partitions: int, seconds: float) -> dict[
                 phase = f"load{load}"
                 ids = offered.publish(phase, max(20, int(rate * seconds)), rate)
                 wait_for(seen, ids, 120)
-                row["loads"].append(_figures(config, seen, offered, ids, load, rate))
+                figures = _figures(config, seen, offered, ids, load, rate)
+                if mixed:
+                    short = [i for i in ids if i not in offered.long]
+                    figures["short"] = _figures(config, seen, offered, short, load, rate)
+                row["loads"].append(figures)
     finally:
         stop.set()
         reading.join(10)
@@ -188,13 +219,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="per offered load")
     parser.add_argument("--partitions", default="1,6,64")
+    parser.add_argument(
+        "--mixed", action="store_true", help=f"every {LONG_EVERY}th request {LONG_TOKENS} tokens"
+    )
     args = parser.parse_args(argv)
     counts = [int(p) for p in args.partitions.split(",")]
     rows = []
     with EmbeddedBroker() as broker:
         for mode in MODES:
             for partitions in counts:
-                row = measure(broker.bootstrap, mode, partitions, args.seconds)
+                row = measure(broker.bootstrap, mode, partitions, args.seconds, args.mixed)
                 print(row, flush=True)
                 rows.append(row)
     defaults = Config()
@@ -206,11 +240,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "commit_interval_ms": defaults.kafka.commit_interval_ms,
             "seconds_per_load": args.seconds,
             "capacity_requests": CAPACITY_REQUESTS,
+            "mixed": {"long_every": LONG_EVERY, "long_tokens": LONG_TOKENS} if args.mixed else None,
         },
         "runs": rows,
         "all_meet_goals": all(load["meets_goals"] for row in rows for load in row["loads"]),
     }
-    write_result("latency", payload)
+    write_result("latency_mixed" if args.mixed else "latency", payload)
     return payload
 
 

@@ -53,8 +53,8 @@ class KafkaConfig:
     replication_factor: int = 1
     delivery: Literal["exactly_once", "at_least_once"] = "exactly_once"
     commit_interval_ms: int = 100
-    # exactly_once: answers waiting for their commit (held until their partition's offset
-    # passes them, docs/architecture.md §2); admission pauses at either bound
+    # exactly_once: answers waiting for the next transaction (while a commit runs,
+    # docs/architecture.md §2); admission pauses at either bound
     max_buffered_answers: int = 4096
     max_buffered_bytes: int = 64 * 1024 * 1024
     client: Mapping[str, Any] = field(default_factory=dict)  # raw librdkafka settings

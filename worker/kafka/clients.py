@@ -220,6 +220,14 @@ def ensure_topics(
     return created
 
 
+def partition_count(kafka: KafkaConfig, topic: str, timeout_s: float = 30) -> int:
+    """How many partitions ``topic`` has (0 where it does not exist)."""
+    found = admin(kafka).list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if found is None or found.error is not None:
+        return 0
+    return len(found.partitions)
+
+
 def topic_max_bytes(
     kafka: KafkaConfig, topics: Iterable[str], timeout_s: float = 30
 ) -> dict[str, int]:

@@ -15,9 +15,13 @@ whose answers it held, which the loop consumes again. Retriable errors are retri
 :class:`GenerationLost` (the transaction is aborted where the producer still can, and the
 producer is dropped); a fatal error is :class:`FatalKafkaError`.
 
-Records are produced without a delivery callback: inside a transaction a failed delivery
-surfaces again, and decides the transaction's fate, at ``commit_transaction``; their sizes
-were checked once, when they were answered (:meth:`TransactionalPublisher.send`).
+Answers are produced without a delivery callback: inside a transaction a failed delivery
+leaves it abortable, which ``send_offsets_to_transaction`` and ``commit_transaction``
+report; their sizes were checked once, when they were answered
+(:meth:`TransactionalPublisher.send`). A handover with progress records
+(:mod:`worker.kafka.progress`) is flushed before its offsets are sent: the delivery
+reports of the progress records give their offsets, and the pointers to them go out with
+the input offsets only once every record of the transaction is acknowledged.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from batcher import Partition
 from worker.kafka.failures import (
@@ -41,7 +45,9 @@ from worker.kafka.failures import (
 )
 from worker.kafka.outcome import TxOutcome
 from worker.kafka.produce import KafkaProducer
+from worker.kafka.progress import ProgressRecord
 from worker.kafka.publisher import TIMEOUT_S, Outgoing
+from worker.wire.progress import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +63,9 @@ class Handover:
     origins: frozenset[Partition]
     offsets: tuple[TopicPartition, ...]
     metadata: Any  # consumer.consumer_group_metadata() when it was handed over
+    #: one record per input partition moved or answered, and the topic they go to
+    progress: tuple[ProgressRecord, ...] = ()
+    progress_topic: str = ""
 
 
 class Committer:
@@ -72,7 +81,7 @@ class Committer:
         self._producer = producer
         self._on_outcome = on_outcome
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="committer")
-        self._inflight: Future[None] | None = None
+        self._inflight: Future[tuple[TopicPartition, ...]] | None = None
         call(producer.init_transactions, TIMEOUT_S)
 
     @property
@@ -89,12 +98,12 @@ class Committer:
         assert self._inflight is None, "the last handover's outcome was not asked for"
         self._inflight = self._thread.submit(self._transact, handover)
 
-    def outcome(self) -> None:
-        """Wait for the handover in flight, if any: returns once it is committed, raises
-        :class:`TransactionAborted` or :class:`FatalKafkaError` otherwise."""
+    def outcome(self) -> tuple[TopicPartition, ...]:
+        """Wait for the handover in flight, if any: returns once it is committed (the
+        pointers it committed to its progress records), raises :class:`TransactionAborted`
+        or :class:`FatalKafkaError` otherwise."""
         inflight, self._inflight = self._inflight, None
-        if inflight is not None:
-            inflight.result()
+        return () if inflight is None else inflight.result()
 
     def close(self, flush: bool = True) -> None:
         """Stop the thread (after the handover in flight); ``flush`` the producer."""
@@ -102,13 +111,13 @@ class Committer:
         if flush:
             self._producer.flush(TIMEOUT_S)
 
-    def _transact(self, handover: Handover) -> None:
+    def _transact(self, handover: Handover) -> tuple[TopicPartition, ...]:
         reason = ""
         for _ in range(REPLAYS + 1):
             try:
-                self._once(handover)
+                pointers = self._once(handover)
                 self._on_outcome("commit")
-                return
+                return pointers
             except Abortable as exc:
                 reason = str(exc)
                 log.warning("aborting a transaction of %s: %s", self.transactional_id, reason)
@@ -120,19 +129,58 @@ class Committer:
                 raise
         raise TransactionAborted(handover.origins, f"{reason} ({REPLAYS} replays failed too)")
 
-    def _once(self, handover: Handover) -> None:
+    def _once(self, handover: Handover) -> tuple[TopicPartition, ...]:
         p = self._producer
         call(p.begin_transaction)
         for r in handover.records:
             produce_checked(p, None, r.topic, r.key, r.value, r.headers)
+        pointers = self._progress(handover)
         # every transaction of the worker sends offsets (the handover re-sends the committed
         # ones when nothing moved): the broker checks the group generation there (KIP-447),
         # so a worker whose generation is over cannot commit
-        if handover.offsets:
-            offsets = list(handover.offsets)
+        if handover.offsets or pointers:
+            offsets = list(handover.offsets) + list(pointers)
             call(p.send_offsets_to_transaction, offsets, handover.metadata, TIMEOUT_S)
         call(p.commit_transaction, TIMEOUT_S)
         p.poll(0)  # serves the delivery reports (no Python callback runs): they are queued
+        return pointers
+
+    def _progress(self, handover: Handover) -> tuple[TopicPartition, ...]:
+        """Produce the progress records and wait until every record of the transaction is
+        acknowledged; the pointers to them (one past each record's offset). Raises
+        :class:`Abortable` where a delivery failed: no pointer may name a record that
+        covers an answer not written (module doc)."""
+        if not handover.progress:
+            return ()
+        p, topic = self._producer, handover.progress_topic
+        placed: dict[int, int] = {}
+        failed: list[Any] = []
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                placed[msg.partition()] = msg.offset()
+            else:
+                failed.append(err)  # formatted later: librdkafka may hold an error now
+
+        for record in handover.progress:
+            headers = [("content-type", CONTENT_TYPE)]
+            produce_checked(
+                p,
+                None,
+                topic,
+                record.key,
+                record.value,
+                headers,
+                delivered,
+                partition=record.origin[1],
+            )
+        left = call(_flush, p)
+        wanted = {record.origin[1] for record in handover.progress}
+        if left or failed or set(placed) != wanted:
+            raise Abortable(
+                f"progress records not acknowledged ({left} left, failures {failed[:3]})"
+            )
+        return tuple(TopicPartition(topic, n, offset + 1) for n, offset in sorted(placed.items()))
 
     def _abort_quietly(self) -> None:
         """Abort what a lost generation left open, where the producer still can (a refused
@@ -142,3 +190,17 @@ class Committer:
             call(self._producer.abort_transaction, TIMEOUT_S)
         except (Abortable, FatalKafkaError, GenerationLost) as exc:
             log.info("%s: nothing more to abort (%s)", self.transactional_id, exc)
+
+
+def _flush(producer: KafkaProducer) -> int:
+    """``flush``, with librdkafka's error as a ``KafkaException``: confluent-kafka runs the
+    progress records' delivery callbacks while a fatal error it is about to raise (a fenced
+    producer) is pending, and the first C call in the callback then fails as a
+    ``SystemError`` whose context is that error."""
+    try:
+        return producer.flush(TIMEOUT_S)
+    except SystemError as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, KafkaException):
+            raise cause from exc
+        raise

@@ -1,6 +1,6 @@
 """Where the worker gets its Kafka clients: topics, a consumer, a publisher.
 
-:class:`~worker.service.Worker` never builds a client itself; it asks a
+:class:`~worker.loop.service.Worker` never builds a client itself; it asks a
 :class:`KafkaClients`. The default, :class:`ConfluentClients`, builds confluent-kafka
 clients from :class:`~worker.config.KafkaConfig`; the unit tests pass in-memory fakes
 and drive the worker loop without a broker.
@@ -18,6 +18,7 @@ from worker.kafka import clients
 from worker.kafka.cancellations import ControlReader, TopicReader
 from worker.kafka.consumer import KafkaConsumer
 from worker.kafka.outcome import TxOutcome
+from worker.kafka.progress import KafkaProgressLog, progress_topic
 from worker.kafka.publisher import AtLeastOncePublisher, Publisher
 from worker.kafka.transactions import TransactionalPublisher
 
@@ -84,8 +85,12 @@ class ConfluentClients(KafkaClients):
         k = self.kafka
         if k.delivery == "exactly_once":
             prefix = f"batchpipe.{k.group_id}"
+            topic = progress_topic(k.requests_topic)
+            # partition for partition: the progress topic as wide as the requests topic
+            clients.ensure_topics(k, [topic], clients.partition_count(k, k.requests_topic))
+            progress = KafkaProgressLog(k, clients.partition_count(k, topic))
             return TransactionalPublisher(
-                k, consumer, tracker, self.producers, prefix, on_outcome=on_outcome
+                k, consumer, tracker, self.producers, prefix, on_outcome, progress
             )
         return AtLeastOncePublisher(k, consumer, tracker, self.producers)
 

@@ -154,6 +154,7 @@ def produce_checked(
     headers: Headers,
     on_delivery: OnDelivery | None = None,
     size: int | None = None,
+    partition: int | None = None,
 ) -> None:
     """:func:`~worker.kafka.produce.produce`, its failures sorted: :class:`MessageTooLarge`,
     :class:`GenerationLost`, :class:`Abortable` or :class:`FatalKafkaError`; retriable ones
@@ -163,7 +164,8 @@ def produce_checked(
     knows only its own ``message.max.bytes``, not a topic's smaller ``max.message.bytes``.
     ``limit`` None: the caller checked the record's size already (the committer's records
     were checked when they were answered: counted once, on the loop). ``size``: the
-    record's :func:`~worker.kafka.produce.record_size`, where the caller counted it."""
+    record's :func:`~worker.kafka.produce.record_size`, where the caller counted it;
+    ``partition``: where it goes, else where its key's hash puts it."""
     if limit is not None:
         if size is None:
             size = record_size(key, value, headers)
@@ -171,7 +173,7 @@ def produce_checked(
             raise MessageTooLarge(topic, size, limit)
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            produce(producer, topic, key, value, headers, on_delivery)
+            produce(producer, topic, key, value, headers, on_delivery, partition)
             return
         except KafkaException as exc:
             error: KafkaError = exc.args[0]

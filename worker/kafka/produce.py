@@ -32,6 +32,7 @@ class KafkaProducer(Protocol):
         *,
         on_delivery: OnDelivery | None = ...,
         headers: list[tuple[str, bytes | str | None]] | None = ...,
+        partition: int = ...,
     ) -> None: ...
     def poll(self, timeout: float = ...) -> int: ...
     def flush(self, timeout: float = ...) -> int: ...
@@ -120,8 +121,10 @@ def produce(
     value: bytes | None,
     headers: Headers,
     on_delivery: OnDelivery | None = None,
+    partition: int | None = None,
 ) -> None:
-    """Produce one record, retrying while librdkafka's local queue is full.
+    """Produce one record, retrying while librdkafka's local queue is full; to
+    ``partition`` where given, else where the partitioner puts its key.
 
     ``BufferError`` only means the producer's queue (``queue.buffering.max.messages``)
     is full; serving delivery reports empties it, so the record is never dropped.
@@ -129,7 +132,16 @@ def produce(
     """
     while True:
         try:
-            if on_delivery is None:
+            if partition is not None:
+                producer.produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    headers=list(headers),
+                    on_delivery=on_delivery,
+                    partition=partition,
+                )
+            elif on_delivery is None:
                 producer.produce(topic, value=value, key=key, headers=list(headers))
             else:
                 producer.produce(

@@ -48,7 +48,6 @@ __all__ = [
     "OnAnswered",
     "Publisher",
     "TransactionAborted",
-    "rewind",
 ]
 
 log = logging.getLogger(__name__)
@@ -125,6 +124,17 @@ class Publisher(ABC):
     def revoke(self, partitions: Collection[Partition]) -> None:
         """Input partitions handed over cleanly: commit what is answered."""
         self.commit()
+
+    def resume(self, partitions: Collection[Partition], timeout_s: float) -> list[TopicPartition]:
+        """Where to read ``partitions`` from now that they are this worker's (assigned, or
+        rewound after an abort): the group's committed offsets
+        (:func:`~worker.kafka.consumer.resume_points`, whose errors it raises)."""
+        return resume_points(self._consumer, partitions, timeout_s)
+
+    def rewind(self, partitions: Collection[Partition]) -> None:
+        """Seek ``partitions`` back to where they resume (after an abort)."""
+        for tp in self.resume(partitions, TIMEOUT_S):
+            self._consumer.seek(tp)
 
     @abstractmethod
     def lost(self, partitions: Collection[Partition]) -> None:
@@ -312,9 +322,3 @@ class AtLeastOncePublisher(Publisher):
             self._take()
         finally:
             self._committer.shutdown(wait=True)
-
-
-def rewind(consumer: KafkaConsumer, partitions: Collection[Partition]) -> None:
-    """Seek ``partitions`` back to their committed offsets (after an abort)."""
-    for tp in resume_points(consumer, partitions, TIMEOUT_S):
-        consumer.seek(tp)

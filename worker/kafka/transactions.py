@@ -3,14 +3,15 @@
 Answers and the consumer offsets that cover them are written in one Kafka transaction
 (``send_offsets_to_transaction`` with the consumer's group metadata, KIP-447): a crash
 before the commit leaves neither, after it both. ``send`` only checks a record's size and
-keeps it (:class:`~worker.kafka.answers.AnswerBuffer`), on the loop thread; an answer is
-handed to a transaction only once its partition's committable position has passed its
-record, so no answer is ever on the results topic ahead of its offset, and a revoke
-drops the answers still held (the next owner answers them). The committer thread
-(:mod:`worker.kafka.committer`) makes every transactional call, so the loop goes on
-forming and running batches while a commit runs. Every transaction sends offsets — the
-committed ones again when nothing moved — so the broker checks the group generation on
-every commit (KIP-447).
+keeps it (:class:`~worker.kafka.answers.AnswerBuffer`), on the loop thread; the next
+handover takes every answer waiting, whatever is still unanswered ahead of it, with a
+progress record for each input partition it moves or answers and the pointers to them
+(:mod:`worker.kafka.progress`), so the next owner of a partition skips what is answered
+above its committed offset. A revoke drops the answers still waiting (the next owner
+answers them). The committer thread (:mod:`worker.kafka.committer`) makes every
+transactional call, so the loop goes on forming and running batches while a commit runs.
+Every transaction sends offsets — the committed ones again when nothing moved — so the
+broker checks the group generation on every commit (KIP-447).
 
 The worker's slot is the lowest input partition it owns: ``transactional.id`` =
 ``<prefix>.<topic>.<partition>``, unique among the members of a generation of the group.
@@ -62,6 +63,7 @@ from worker.kafka.failures import (
 )
 from worker.kafka.outcome import TxOutcome
 from worker.kafka.produce import Headers, ProducerFactory, RecordLimits, record_size
+from worker.kafka.progress import ProgressLog, ProgressRecord, record, resume
 from worker.kafka.publisher import OnAnswered, Outgoing, Publisher
 from worker.kafka.reclaim import Reclaimer
 
@@ -89,8 +91,13 @@ class TransactionalPublisher(Publisher):
         producers: ProducerFactory,
         prefix: str,
         on_outcome: Callable[[TxOutcome], None] = lambda outcome: None,
+        progress: ProgressLog | None = None,
     ) -> None:
+        """``progress``: where progress records go and are read back from; None writes
+        none (a partition's next owner then repeats the answers above its committed
+        offset: for tests of the commit path alone)."""
         super().__init__(kafka, consumer, tracker)
+        self._progress = progress
         self._producers = producers
         self._limits = RecordLimits(producers)
         self._prefix = prefix
@@ -128,10 +135,10 @@ class TransactionalPublisher(Publisher):
         size = record_size(key, value, headers)  # once: the committer does not count again
         if size + _RECORD_FRAMING + _HEADER_FRAMING * len(headers) > limit.bytes:
             raise MessageTooLarge(topic, size, limit)
-        self._buffer.add(origin, offset, size, Outgoing(topic, key, value, tuple(headers)))
-        # the record counts as answered here: its offset may advance. The answer itself
-        # waits until a transaction carries an offset past it (module doc); the commit
-        # makes both visible together, an abort undoes both
+        self._buffer.add(origin, size, Outgoing(topic, key, value, tuple(headers)))
+        # the record counts as answered here: its offset may advance, and the next
+        # handover's progress record counts it; the commit makes the answer, the offsets
+        # and the progress visible together, an abort undoes them all
         on_answered()
 
     def full(self) -> bool:
@@ -164,6 +171,14 @@ class TransactionalPublisher(Publisher):
         gone = set(partitions)
         self._aborted -= gone
         self._buffer.forget(gone)
+
+    def resume(self, partitions: Collection[Partition], timeout_s: float) -> list[TopicPartition]:
+        """The committed offsets, and what earlier owners answered above them handed to
+        the tracker (:func:`worker.kafka.progress.resume`)."""
+        if self._progress is None:
+            return super().resume(partitions, timeout_s)
+        group = self._kafka.group_id
+        return resume(self._consumer, self._progress, group, self._tracker, partitions, timeout_s)
 
     # -- rebalances --------------------------------------------------------------------
 
@@ -211,25 +226,26 @@ class TransactionalPublisher(Publisher):
     # -- helpers -----------------------------------------------------------------------
 
     def _hand(self) -> None:
-        """Hand the committer the offsets that moved and the answers below them; or, when
-        nothing moved after a transaction that held answers, the offsets already committed
-        (module doc). Every handover carries offsets: the generation check (KIP-447)."""
+        """Hand the committer every answer waiting, the offsets that moved and a progress
+        record for each partition either touches; or, when nothing moved after a
+        transaction that held answers, the offsets already committed (module doc). Every
+        handover carries offsets: the generation check (KIP-447)."""
         assert self._committer is not None
-        offsets = [
-            tp for tp in self._committable() if (tp.topic, tp.partition) not in self._aborted
-        ]
-        records = self._buffer.release(self._tracker.position)
-        if not records and not offsets and not self._settle_due():
+        moved = [tp for tp in self._committable() if (tp.topic, tp.partition) not in self._aborted]
+        records = self._buffer.take()
+        if not records and not moved and not self._settle_due():
             return
-        if not offsets:
-            offsets = self._committed_offsets()
-            if not offsets and not records:
-                return
+        offsets = moved or self._committed_offsets()
+        if not offsets and not records:
+            return
+        origins = frozenset(origin for origin, _ in records)
         handover = Handover(
             records=tuple(r for _, r in records),
-            origins=frozenset(origin for origin, _ in records),
+            origins=origins,
             offsets=tuple(offsets),
             metadata=self._consumer.consumer_group_metadata(),
+            progress=self._progress_records(origins | {(t.topic, t.partition) for t in moved}),
+            progress_topic=self._progress.topic if self._progress is not None else "",
         )
         self._handed = handover
         self._committer.hand(handover)
@@ -252,6 +268,19 @@ class TransactionalPublisher(Publisher):
                 now = time.monotonic()
                 self._settle = (now, SETTLE_FIRST_S, now + SETTLE_WINDOW_S)
             self._mark(handover.offsets)
+
+    def _progress_records(self, partitions: Collection[Partition]) -> tuple[ProgressRecord, ...]:
+        """What the tracker says now of each of ``partitions``: every answer it counts is
+        in this handover or in a transaction committed before it."""
+        if self._progress is None:
+            return ()
+        group, count = self._kafka.group_id, self._progress.partitions
+        found = []
+        for origin in sorted(partitions):
+            progress = self._tracker.progress(origin)
+            if progress is not None and origin[1] < count:
+                found.append(record(group, origin, progress))
+        return tuple(found)
 
     def _settle_due(self) -> bool:
         """Whether an offsets-only transaction is due now (module doc); if so, the next

@@ -31,12 +31,16 @@ class Ledger:
     def __len__(self) -> int:
         return self.admission.inflight
 
-    def open(self, source: Source) -> None:
-        """A record was consumed: it holds a slot until it is answered or forgotten."""
+    def open(self, source: Source) -> bool:
+        """A record was consumed: it holds a slot until it is answered or forgotten. False:
+        an earlier owner of its partition answered it (:meth:`OffsetTracker.inherit`); it
+        counts answered, holds nothing and must not be answered again."""
         partition = (source.topic, source.partition)
-        self.tracker.add(partition, source.offset)
+        if not self.tracker.add(partition, source.offset):
+            return False
         self.admission.acquire()
         self._open[partition][source.offset] = True
+        return True
 
     def close(self, source: Source) -> bool:
         """Its answer counts as given; False if the record was forgotten meanwhile."""

@@ -40,10 +40,10 @@ from worker.feeder.demand import DemandWriter
 from worker.feeder.feeder import Feeder
 from worker.feeder.headers import headers_of
 from worker.kafka.cancellations import Cancellations
-from worker.kafka.consumer import KafkaConsumer, Record, resume_points
+from worker.kafka.consumer import KafkaConsumer, Record
 from worker.kafka.factory import ConfluentClients, KafkaClients
 from worker.kafka.failures import GenerationLost
-from worker.kafka.publisher import FatalKafkaError, Publisher, TransactionAborted, rewind
+from worker.kafka.publisher import FatalKafkaError, Publisher, TransactionAborted
 from worker.loop.engine_stage import EngineStage
 from worker.loop.held import HeldRecords
 from worker.loop.inflight_stage import InFlightStage
@@ -402,7 +402,8 @@ class Worker:
                 timestamp_ms / 1000.0 if timestamp_ms > 0 else None,
                 generation=self.ledger.generation,
             )
-            self.ledger.open(source)
+            if not self.ledger.open(source):
+                continue  # answered by an earlier owner of its partition (§2)
             start = time.perf_counter()
             # headers the client cannot read (a name that is not UTF-8): none, as the
             # feeder reads them
@@ -522,8 +523,9 @@ class Worker:
         self.lag.gained(assigned)
         try:
             # a partition the group never committed starts at FROM_START, not where the
-            # broker says its earliest offset is (see FROM_START: a broker can say wrong)
-            consumer.assign(resume_points(consumer, assigned, _ASSIGN_TIMEOUT_S))
+            # broker says its earliest offset is (see FROM_START: a broker can say wrong);
+            # what earlier owners answered above it is skipped (§2 "Answers on completion")
+            consumer.assign(self._publisher.resume(assigned, _ASSIGN_TIMEOUT_S))
         except KafkaException as exc:
             log.warning("committed offsets unreadable (%s); assigning from the defaults", exc)
         if self._paused:
@@ -595,9 +597,9 @@ class Worker:
 
     def _rewind(self, partitions: Sequence[Partition]) -> None:
         """After an abort: forget those partitions' work since their last commit, re-read it."""
-        assert self._consumer is not None
+        assert self._publisher is not None
         self._drop(partitions)
-        rewind(self._consumer, partitions)
+        self._publisher.rewind(partitions)
 
     def _pause(self, pause: bool) -> None:
         assert self._consumer is not None

@@ -91,6 +91,9 @@ class Summary:
     mean_batch_size: float
     lag: int
     lag_unknown_partitions: int
+    #: on the engine at the end of the interval; what an in-flight engine, which forms no
+    #: batches, reports instead of a mean batch
+    sequences: int = 0
 
 
 class SummaryLogger:
@@ -130,13 +133,20 @@ class SummaryLogger:
             else 0.0,
             lag=snap.total_lag,
             lag_unknown_partitions=snap.lag_unknown_partitions,
+            sequences=snap.engine_sequences,
         )
         unknown = summary.lag_unknown_partitions
+        # an in-flight engine forms no batches: "mean batch 0.0" read as an idle engine
+        running = (
+            f"mean batch {summary.mean_batch_size:.1f}"
+            if batches
+            else f"{summary.sequences} sequences in flight"
+        )
         self._logger.info(
-            "summary: %.1f req/s, %.1f tokens/s, mean batch %.1f, lag %d%s",
+            "summary: %.1f req/s, %.1f tokens/s, %s, lag %d%s",
             summary.requests_per_s,
             summary.tokens_per_s,
-            summary.mean_batch_size,
+            running,
             summary.lag,
             f" + unknown on {unknown} partitions" if unknown else "",
             extra=asdict(summary),

@@ -117,6 +117,8 @@ class MetricsSnapshot:
     token_fill_ratio_sum: float
     total_lag: int  # of the partitions whose lag is known
     lag_unknown_partitions: int
+    #: requests on the engine now: a static batch's, or an in-flight engine's sequences
+    engine_sequences: int = 0
 
     @property
     def requests(self) -> int:
@@ -421,6 +423,7 @@ class WorkerMetrics:
             token_fill_ratio_sum=self._value("batchpipe_batch_token_fill_ratio_sum"),
             total_lag=total_lag,
             lag_unknown_partitions=lag_unknown,
+            engine_sequences=int(self._value("batchpipe_engine_sequences")),
         )
 
     def _value(self, name: str, **labels: str) -> float:

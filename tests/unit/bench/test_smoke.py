@@ -19,14 +19,18 @@ BENCH = Path(run_all.__file__).resolve().parent
 # mixed-length and cancel arms and the arms they share (part of bench.fairness), the
 # feeder at scale and behind an open upload (feeder_memory, feeder_open_upload: run by
 # hand under the heavy lock, minutes; issue 38), builds of the worker side by side
-# (builds: needs the other trees, a mypyc build or a prototype; issue 42), and
-# the check for a machine with a GPU (gpu_check and its sections)
+# (builds: needs the other trees, a mypyc build or a prototype; issue 42), answers behind
+# one long request and the takeover read after a million answers (straggler, takeover: run
+# by hand under the heavy lock, minutes; issue 48), and the check for a machine with a GPU
+# (gpu_check and its sections)
 NOT_BENCHMARKS = {"__init__", "common", "plot", "figures", "tables", "run_all", "mover"} | {
     "fairness_arms",
     "fairness_variants",
     "feeder_memory",
     "feeder_open_upload",
     "builds",
+    "straggler",
+    "takeover",
     "openai_standin",
     "gpu_check",
     "gpu_check_hf",

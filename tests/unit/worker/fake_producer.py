@@ -8,6 +8,11 @@
   broker (``broker.sent``, what read_committed readers see; ``broker.committed``) at
   ``commit_transaction``; ``abort_transaction`` discards them. Every record produced
   is in ``broker.raw`` too, and every committed transaction in ``broker.transactions``;
+  a failed delivery inside a transaction leaves it refusing everything but
+  ``abort_transaction``, as librdkafka's abortable state does;
+* a record produced to an explicit ``partition`` gets the next offset of that partition's
+  log (``broker.stored``, committed, aborted or not: a broker gives offsets at produce),
+  which its delivery report carries;
 * ``broker.deliveries_held``: ``poll`` serves no delivery report (the broker has not
   answered yet); ``flush`` waits for them all;
 * a record over ``message.max.bytes`` is refused at ``produce`` (``MSG_SIZE_TOO_LARGE``);
@@ -88,6 +93,7 @@ class FakeProducer:
         *,
         on_delivery: OnDelivery | None = None,
         headers: list[tuple[str, bytes | str | None]] | None = None,
+        partition: int = -1,
     ) -> None:
         self._check("produce", in_transaction=self._id is not None)
         if record_size(key, value, headers or []) > self._limit:
@@ -95,13 +101,24 @@ class FakeProducer:
         record = (topic, key, value, tuple(headers or ()))
         self._broker.raw.append(record)
         failure = self._broker.next_fault("delivery")
+        offset = -1
+        if partition >= 0 and failure is None:
+            stored = self._broker.stored.setdefault((topic, partition), [])
+            offset = len(stored)
+            stored.append(value)
         if self._id is not None:
             self._pending.append(record)
         elif failure is None:
             self._broker.publish(*record)
-        if on_delivery is not None:
-            report = on_delivery
-            self._reports.append(lambda: report(failure, cast(Message, None)))
+        delivered = _Delivered(partition, offset)
+
+        def report() -> None:
+            if failure is not None and self._in_transaction:
+                self._must_abort = failure
+            if on_delivery is not None:
+                on_delivery(failure, cast(Message, delivered))
+
+        self._reports.append(report)
 
     def poll(self, timeout: float = -1) -> int:
         if self._broker.deliveries_held:
@@ -109,6 +126,7 @@ class FakeProducer:
         return self._report()
 
     def flush(self, timeout: float = -1) -> int:
+        self._broker.pass_gate("flush")
         self._report()  # waits for every delivery, held or not
         return 0
 
@@ -144,6 +162,20 @@ class FakeProducer:
         self._must_abort = None
         self._pending.clear()
         self._offsets.clear()
+
+
+@dataclass(frozen=True)
+class _Delivered:
+    """What a delivery report's message says of where the record went."""
+
+    at: int
+    at_offset: int
+
+    def partition(self) -> int:
+        return self.at
+
+    def offset(self) -> int:
+        return self.at_offset
 
 
 @dataclass(frozen=True)

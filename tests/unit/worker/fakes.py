@@ -36,7 +36,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -63,6 +63,7 @@ from worker.engines.echo import EchoEngine, echo_completion, encode_echo
 from worker.kafka.consumer import KafkaConsumer, RebalanceCallback, RecordHeaders
 from worker.kafka.factory import KafkaClients, OnOutcome
 from worker.kafka.produce import Headers, record_limit, record_size
+from worker.kafka.progress import progress_topic
 from worker.kafka.publisher import AtLeastOncePublisher, MessageTooLarge, OnAnswered, Publisher
 from worker.kafka.transactions import TransactionalPublisher
 from worker.wire.codec import decode_result, encode_request
@@ -144,6 +145,9 @@ class FakeBroker:
         self.deliveries_held = False
         #: every record a FakeProducer produced, committed, aborted or not
         self.raw: list[tuple[str, bytes | str | None, bytes | None, Headers]] = []
+        #: the values of records produced to an explicit partition, at their offsets
+        #: (committed, aborted or not): what the progress log reads back
+        self.stored: dict[Partition, list[bytes | None]] = {}
         #: every committed transaction: transactional.id, records, offsets (topic, partition,
         #: offset) sent to it
         self.transactions: list[tuple[str, int, tuple[tuple[str, int, int], ...]]] = []
@@ -477,6 +481,34 @@ class FakeControl:
 Delivery = Literal["fake", "exactly_once", "at_least_once"]
 
 
+class FakeProgressLog:
+    """The progress topic of :class:`FakeBroker`: one partition per requests partition."""
+
+    def __init__(self, broker: FakeBroker, topic: str, partitions: int) -> None:
+        self._broker = broker
+        self._topic = topic
+        self._partitions = partitions
+        #: every read: the offsets asked for
+        self.reads: list[dict[Partition, int]] = []
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @property
+    def partitions(self) -> int:
+        return self._partitions
+
+    def read(self, records: Mapping[Partition, int]) -> dict[Partition, bytes | None]:
+        self.reads.append(dict(records))
+        found: dict[Partition, bytes | None] = {}
+        for origin, offset in records.items():
+            stored = self._broker.stored.get((self._topic, origin[1]), [])
+            if 0 <= offset < len(stored):
+                found[origin] = stored[offset]
+        return found
+
+
 class FakeClients(KafkaClients):
     r"""Hands the worker :attr:`fake_consumer` and a publisher on ``broker``: a
     :class:`FakePublisher`, or the real publisher of a delivery mode on
@@ -504,8 +536,13 @@ class FakeClients(KafkaClients):
         producers = FakeProducers(self.broker)
         if self.delivery == "exactly_once":
             prefix = f"batchpipe.{self.kafka.group_id}"
+            progress = FakeProgressLog(
+                self.broker,
+                progress_topic(self.kafka.requests_topic),
+                sum(1 for t, _ in self.broker.logs if t == self.broker.topic),
+            )
             return TransactionalPublisher(
-                self.kafka, consumer, tracker, producers, prefix, on_outcome
+                self.kafka, consumer, tracker, producers, prefix, on_outcome, progress
             )
         if self.delivery == "at_least_once":
             return AtLeastOncePublisher(self.kafka, consumer, tracker, producers)

@@ -199,28 +199,29 @@ def test_a_fenced_producer_is_a_lost_generation_that_drops_the_producer() -> Non
     assert w.broker.transactions == [(w.txn_id(0), 1, w.offsets(p0=1))]
 
 
-def test_an_answer_waits_until_its_partitions_offset_passes_it() -> None:
+def test_an_answer_goes_in_the_next_transaction_whatever_runs_ahead_of_it() -> None:
     w = _Worker()
     w.publisher.assign(w.partitions)
     w.tracker.add(w.partitions[0], 0)  # a long request, still running
     w.next[0] = 1
     w.answer(0, 0, 1)
     w.publisher.commit()
-    # partition 1 moved: its answer goes; partition 0's two wait behind offset 0
-    assert w.broker.transactions == [(w.txn_id(0), 1, w.offsets(p1=1))]
+    # partition 0's two answers go now, its offset stays behind the long request (the
+    # committed one sent again: every transaction carries offsets)
+    assert w.broker.transactions == [(w.txn_id(0), 3, w.offsets(p1=1))]
     w.tracker.done(w.partitions[0], 0)  # answered (its own answer is not sent here)
     w.publisher.commit()
-    assert w.broker.transactions[-1] == (w.txn_id(0), 2, w.offsets(p0=3))
+    assert w.broker.transactions[-1] == (w.txn_id(0), 0, w.offsets(p0=3))
 
 
-def test_a_revoke_drops_the_answers_its_offsets_do_not_cover() -> None:
+def test_a_revoke_commits_the_answers_ahead_of_an_unanswered_record() -> None:
     w = _Worker()
     w.publisher.assign(w.partitions)
     w.tracker.add(w.partitions[0], 0)
     w.next[0] = 1
     w.answer(0, 0)
     w.publisher.revoke(w.partitions)
-    assert w.broker.transactions == [] and w.broker.raw == []
+    assert [n for _, n, _ in w.broker.transactions] == [2]
 
 
 def test_a_fenced_producer_of_lost_partitions_is_dropped_quietly() -> None:

@@ -7,6 +7,8 @@ produced (aborted ones too): both are counted here, never after a dedup.
 The duplicate of issue 40: an answer beyond its partition's committable position (a
 longer request before it still runs) was published with the next commit; a revoke then
 handed the partition over at that position, and the next owner answered the record again.
+Issue 48 publishes such an answer at once all the same: the transaction's progress record
+tells the next owner to skip it (docs/architecture.md §2 "Answers on completion").
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from collections import Counter
 from dataclasses import replace
 
 from confluent_kafka import KafkaError
+
+from batcher import Progress
+from worker.kafka.progress import progress_topic
+from worker.wire.progress import decode_progress
 
 from .fakes import GatedInFlightEngine
 from .rig import P0, P1, RESULTS, Rig, loop_config, rig
@@ -49,40 +55,58 @@ def answered_but_the_long_one(r: Rig[GatedInFlightEngine]) -> set[str]:
     return ids
 
 
-def test_an_answer_beyond_the_committable_offset_waits_and_a_revoke_drops_it() -> None:
+def pointed(r: Rig[GatedInFlightEngine], number: int) -> Progress | None:
+    """What the group's pointer says of requests partition ``number`` (None: no pointer)."""
+    topic = progress_topic("requests")
+    pointer = r.broker.committed.get((topic, number))
+    if pointer is None:
+        return None
+    value = r.broker.stored[(topic, number)][pointer - 1]
+    return decode_progress("batchpipe", ("requests", number), value)
+
+
+def test_an_answer_ahead_of_a_straggler_is_published_at_once_and_skipped_by_the_next_owner() -> (
+    None
+):
     engine = GatedInFlightEngine(gated=False)
     with rig(loop_config(), engine, delivery="exactly_once") as r:
         ids = answered_but_the_long_one(r)
-        r.step_until(lambda: r.broker.committed.get(P1) == 1, "partition 1 committed")
-        # a and b are answered, but partition 0 cannot be committed past offset 0 yet
-        assert r.answers() == Counter({"c": 1})
-        assert r.broker.committed.get(P0, 0) == 0
+        # a and b are on the topic while the long request before them still runs
+        r.step_until(lambda: set(r.answers()) == {"a", "b", "c"}, "the short answers visible")
+        assert r.broker.committed.get(P0, 0) == 0  # the offset cannot pass the long one
+        assert pointed(r, 0) == Progress(committed=0, highest=2, unanswered=(0,))
 
         r.consumer.rebalance("revoke", [P0, P1])
         r.step_until(lambda: not r.consumer.rebalancing, "the revoke")
-        # handed over at offset 0: a and b were dropped, never produced
-        assert raw_answers(r) == Counter({"c": 1})
-
-        # the next owner (here: the same worker, assigned again) answers everything once
+        # the next owner (here: the same worker, assigned again) reads from offset 0 and
+        # answers only the long request: a and b are not answered, not even decoded, again
         engine.stragglers.clear()
+        submitted = len(engine.submitted)
         r.consumer.rebalance("assign", [P0, P1])
         r.step_until(lambda: r.settled(ids), "every record answered and committed")
+        # the long one only, in the ledger's next generation (Source.ref)
+        assert [k.split("#")[0] for k in engine.submitted[submitted:]] == ["requests/0/0"]
         assert r.answers() == Counter(dict.fromkeys(ids, 1))
         assert raw_answers(r) == Counter(dict.fromkeys(ids, 1))
+        assert pointed(r, 0) == Progress(committed=3, highest=2)
 
 
-def test_held_answers_are_published_with_the_offset_that_passes_them() -> None:
+def test_every_transaction_points_the_group_at_its_progress_records() -> None:
     engine = GatedInFlightEngine(gated=False)
     with rig(loop_config(), engine, delivery="exactly_once") as r:
         ids = answered_but_the_long_one(r)
         engine.stragglers.clear()
         r.step_until(lambda: r.settled(ids), "every record answered and committed")
         assert raw_answers(r) == Counter(dict.fromkeys(ids, 1))
-        # partition 0's three answers went out in the transaction that committed offset 3
-        # (and every transaction carried offsets: the generation check, KIP-447)
-        with_p0 = [(n, offsets) for _, n, offsets in r.broker.transactions if offsets[0][1] == 0]
-        assert with_p0[0] == (3, (("requests", 0, 3),))
-        assert all(offsets for _, _, offsets in r.broker.transactions)
+        topic = progress_topic("requests")
+        for _, _, offsets in r.broker.transactions:
+            moved = {p for t, p, _ in offsets if t == "requests"}
+            pointers = {p for t, p, _ in offsets if t == topic}
+            # every partition whose offset moved got a progress record and a pointer
+            # (settling transactions re-send offsets only); every one carried offsets
+            assert offsets and (moved <= pointers or not pointers)
+        assert pointed(r, 0) == Progress(committed=3, highest=2)
+        assert pointed(r, 1) == Progress(committed=1, highest=0)
 
 
 def test_a_fenced_producer_is_a_lost_generation_the_worker_rejoins() -> None:
@@ -121,7 +145,7 @@ def test_a_commit_refused_by_generation_is_a_lost_generation_too() -> None:
         assert r.answers() == Counter({"a": 1})
 
 
-def test_admission_pauses_while_the_answers_buffer_is_full() -> None:
+def test_a_straggler_never_pauses_admission_and_a_slow_commit_does() -> None:
     config = loop_config(prefetch_count=4, max_batch_size=2)
     config = replace(config, kafka=replace(config.kafka, max_buffered_answers=3))
     engine = GatedInFlightEngine(gated=False)
@@ -131,17 +155,26 @@ def test_admission_pauses_while_the_answers_buffer_is_full() -> None:
             r.broker.submit(0, f"s{i}", f"short {i}")
         engine.stragglers.add(SLOW)
         r.consumer.rebalance("assign", [P0])
+        # behind one long request, all twenty short ones are answered and visible
+        shorts = {f"s{i}" for i in range(20)}
+        r.step_until(lambda: set(r.answers()) == shorts, "the short answers visible")
+        assert engine.running == ["requests/0/0#0"]  # the long one still runs
+
+        # a commit that does not end holds the answers: admission stops at the bound
+        gate = r.broker.gate("commit_transaction")
+        gate.clear()
+        for i in range(20, 30):
+            r.broker.submit(0, f"s{i}", f"short {i}")
         publisher = r.worker._publisher
         assert publisher is not None
-        r.step_until(publisher.full, "three answers held behind the long request")
-        read, unanswered = r.consumer.delivered, len(r.worker.ledger)
+        r.step_until(publisher.full, "three answers waiting for the commit in flight")
+        read = r.consumer.delivered
         for _ in range(20):
             r.worker._step(draining=False)
-        # prefetch slots are free (the held answers gave theirs back), but nothing more
-        # is taken while the buffer is full
-        assert unanswered < 4 and r.consumer.delivered == read < 21
+        assert r.consumer.delivered == read  # nothing more taken while the buffer is full
+        gate.set()
         engine.stragglers.clear()
-        ids = {"slow"} | {f"s{i}" for i in range(20)}
+        ids = {"slow"} | {f"s{i}" for i in range(30)}
         r.step_until(lambda: r.settled(ids), "every record answered and committed")
         assert raw_answers(r) == Counter(dict.fromkeys(ids, 1))
 

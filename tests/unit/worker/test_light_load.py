@@ -80,7 +80,7 @@ def test_an_idle_worker_commits_what_it_answered_without_waiting_for_the_interva
         r.broker.submit(1, "b", "there")
         # an hour's interval: only the idle rule can commit these answers
         r.step_until(lambda: r.settled({"a", "b"}), "both answered and committed")
-        assert r.broker.committed == {P0: 1, P1: 1}
+        assert {p: o for p, o in r.broker.committed.items() if p in (P0, P1)} == {P0: 1, P1: 1}
 
 
 def test_the_loop_never_asks_the_broker_for_offsets() -> None:

@@ -151,3 +151,18 @@ def test_fields_a_record_factory_adds_are_not_extras() -> None:
         logging.setLogRecordFactory(plain)
     line = json.loads(out.getvalue())
     assert set(line) == {"ts", "level", "logger", "msg", "size"}
+
+
+def test_an_in_flight_engine_is_summarised_by_its_sequences_not_a_mean_batch(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # an in-flight engine forms no batches: its summary read "mean batch 0.0" while it
+    # served 330 requests/s (issue 48)
+    summary = SummaryLogger(logging.getLogger("batchpipe.summary"), interval_s=10.0)
+    caplog.set_level(logging.INFO, logger="batchpipe.summary")
+    summary.maybe_log(0.0, lambda: snap())
+    result = summary.maybe_log(10.0, lambda: snap(requests_completed=3300, engine_sequences=57))
+    assert result is not None and result.sequences == 57
+    assert caplog.records[-1].getMessage() == (
+        "summary: 330.0 req/s, 0.0 tokens/s, 57 sequences in flight, lag 0"
+    )
