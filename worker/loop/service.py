@@ -388,7 +388,7 @@ class Worker:
     def _decode_admit(self, records: list[Record], now: float) -> None:
         """Open, decode and admit each record; the decode stage's time is added once for
         the whole poll (one counter update, not one per record)."""
-        decoding = 0.0
+        decoding, skipped = 0.0, 0
         for message in records:
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             assert topic is not None and partition is not None and offset is not None
@@ -403,7 +403,8 @@ class Worker:
                 generation=self.ledger.generation,
             )
             if not self.ledger.open(source):
-                continue  # answered by an earlier owner of its partition (§2)
+                skipped += 1  # answered by an earlier owner of its partition (§2)
+                continue
             start = time.perf_counter()
             # headers the client cannot read (a name that is not UTF-8): none, as the
             # feeder reads them
@@ -412,6 +413,8 @@ class Worker:
             self._route(outcome, source, now)
         if records:
             self.metrics.add_stage("decode", decoding)
+        if skipped:
+            self.metrics.answered_before(skipped)
 
     def _route(self, outcome: Outcome, source: Source, now: float) -> None:
         """A job to the batcher (or its batch's stop answer), or the answer it already is."""

@@ -236,6 +236,10 @@ class WorkerMetrics:
         )
         self._transactions = counter("batchpipe_transactions", "Transactions.", ["outcome"])
         self._rebalances = counter("batchpipe_rebalances", "Rebalance events.", ["kind"])
+        self._answered_before = counter(
+            "batchpipe_answered_before",
+            "Records read that an earlier owner of their partition had answered: skipped.",
+        )
         self._paused = gauge("batchpipe_paused_partitions", "Partitions paused (backpressure).")
         self._stage = counter("batchpipe_stage_seconds", "Time per pipeline stage.", ["stage"])
         self._build = gauge(
@@ -371,6 +375,10 @@ class WorkerMetrics:
 
     def rebalance(self, kind: RebalanceKind) -> None:
         self._rebalances.labels(kind).inc()
+
+    def answered_before(self, n: int) -> None:
+        """``n`` records read were answered by an earlier owner (docs/architecture.md §2)."""
+        self._answered_before.inc(n)
 
     def set_paused(self, n: int) -> None:
         self._paused.set(n)

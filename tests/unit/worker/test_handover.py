@@ -89,6 +89,8 @@ def test_an_answer_ahead_of_a_straggler_is_published_at_once_and_skipped_by_the_
         assert r.answers() == Counter(dict.fromkeys(ids, 1))
         assert raw_answers(r) == Counter(dict.fromkeys(ids, 1))
         assert pointed(r, 0) == Progress(committed=3, highest=2)
+        skipped = r.worker.metrics.registry.get_sample_value("batchpipe_answered_before_total")
+        assert skipped == 2  # a and b, counted for the operator
 
 
 def test_every_transaction_points_the_group_at_its_progress_records() -> None:
