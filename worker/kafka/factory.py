@@ -87,7 +87,9 @@ class ConfluentClients(KafkaClients):
             prefix = f"batchpipe.{k.group_id}"
             topic = progress_topic(k.requests_topic)
             # partition for partition: the progress topic as wide as the requests topic
-            clients.ensure_topics(k, [topic], clients.partition_count(k, k.requests_topic))
+            # compacted: each group's latest record of each partition is the one kept
+            count = clients.partition_count(k, k.requests_topic)
+            clients.ensure_topics(k, [topic], count, compacted=True)
             progress = KafkaProgressLog(k, clients.partition_count(k, topic))
             return TransactionalPublisher(
                 k, consumer, tracker, self.producers, prefix, on_outcome, progress

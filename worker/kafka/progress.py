@@ -16,8 +16,13 @@ Invariants:
   once every record of that transaction was acknowledged (the committer flushes first), so
   a pointer never names a record that covers an answer not written; a zombie's record is
   never named (its transaction is refused by generation or fenced).
-* A record that cannot be read or decoded, or names another partition, is no progress: the
-  reader skips less and answers some records again — a repeat, never a loss.
+* Every transaction that writes a partition's progress record also commits that
+  partition's input offset, equal to the record's ``committed``; a reader inherits a record
+  only where the two agree, so offsets reset or expired, a topic recreated, or a pointer
+  left from another history make it skip nothing.
+* A record that cannot be read or decoded, names another partition, or disagrees with the
+  committed offset is no progress: the reader skips less and answers some records again —
+  a repeat, never a loss.
 * A takeover reads one committed-offsets answer and at most one record per partition.
 """
 
@@ -29,7 +34,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from batcher import OffsetTracker, Partition, Progress
 from worker.config import KafkaConfig
@@ -49,18 +54,20 @@ def progress_topic(requests_topic: str) -> str:
 
 @dataclass(frozen=True)
 class ProgressRecord:
-    """One progress record of a transaction: for input partition ``origin``."""
+    """One progress record of a transaction: for input partition ``origin``, whose offset
+    the same transaction commits at ``committed``."""
 
     origin: Partition
+    committed: int
     key: str
     value: bytes
 
 
 def record(group: str, origin: Partition, progress: Progress) -> ProgressRecord:
-    """The progress record of input partition ``origin``."""
-    return ProgressRecord(
-        origin, f"{origin[0]}:{origin[1]}", encode_progress(group, origin, progress)
-    )
+    """The progress record of input partition ``origin``; keyed by group and partition, so
+    that compaction keeps each group's latest record of each partition."""
+    value = encode_progress(group, origin, progress)
+    return ProgressRecord(origin, progress.committed, f"{group}:{origin[0]}:{origin[1]}", value)
 
 
 class ProgressLog(Protocol):
@@ -101,22 +108,35 @@ class KafkaProgressLog:
         if not records:
             return {}
         # read_uncommitted: the offset is exact and its transaction committed (a pointer
-        # names nothing else), so there is no last stable offset to wait behind
+        # names nothing else), so there is no last stable offset to wait behind. A record
+        # gone (compacted, deleted) ends its partition's read at the next record or at the
+        # partition's end, not at the deadline
         consumer = clients.consumer(
-            self._kafka, f"{self._kafka.group_id}.progress-reader", read_committed=False
+            self._kafka,
+            f"{self._kafka.group_id}.progress-reader",
+            read_committed=False,
+            extra={"enable.partition.eof": True},
         )
         wanted = {(self._topic, origin[1]): (origin, offset) for origin, offset in records.items()}
         found: dict[Partition, bytes | None] = {}
+        done: set[tuple[str, int]] = set()
         try:
             consumer.assign([TopicPartition(t, p, o) for (t, p), (_, o) in wanted.items()])
             deadline = time.monotonic() + READ_TIMEOUT_S
-            while len(found) < len(wanted) and time.monotonic() < deadline:
-                for record in consumer.consume(len(wanted), 0.2):
-                    if record.error() is not None:
+            while len(done) < len(wanted) and time.monotonic() < deadline:
+                for message in consumer.consume(len(wanted), 0.2):
+                    at = (message.topic() or "", message.partition() or 0)
+                    if at not in wanted or at in done:
                         continue
-                    at = wanted.get((record.topic() or "", record.partition() or 0))
-                    if at is not None and record.offset() == at[1]:
-                        found[at[0]] = record.value()
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            done.add(at)
+                        continue
+                    origin, offset = wanted[at]
+                    if message.offset() == offset:
+                        found[origin] = message.value()
+                    done.add(at)  # the record, or one past where it was
         finally:
             consumer.close()
         return found
@@ -140,6 +160,7 @@ def resume(
     for tp in committed[: len(inputs)]:
         if tp.error is not None:
             raise KafkaException(tp.error)
+    starts = {(tp.topic, tp.partition): tp.offset for tp in committed[: len(inputs)]}
     named: dict[Partition, int] = {}
     by_number = {p: (t, p) for t, p in partitions}
     for tp in committed[len(inputs) :]:
@@ -148,14 +169,23 @@ def resume(
     values = log_.read(named) if named else {}
     for origin in sorted(named):
         progress = decode_progress(group, origin, values.get(origin))
-        if progress is None:
+        if progress is None or progress.committed != starts[origin]:
+            # unreadable, or written with another committed offset than the one read now
+            # (offsets reset or expired, the topic recreated): skipping by it could lose
+            # records, answering them again only repeats
+            found = "unreadable" if progress is None else f"at offset {progress.committed}"
             log.warning(
-                "%s: the progress record at %s:%d could not be read; answers above the "
-                "committed offset may be repeated",
+                "%s: the progress record at %s:%d is %s, the committed offset %d; answers "
+                "above the committed offset may be repeated",
                 origin,
                 log_.topic,
                 named[origin],
+                found,
+                starts[origin],
             )
+            continue
+        if tracker.position(origin) is not None:  # never: every path forgets it first
+            log.warning("%s: still tracked at its assignment; its progress is not used", origin)
             continue
         tracker.inherit(origin, progress)
     missing = sorted(p for p in partitions if p[1] >= log_.partitions)

@@ -95,8 +95,8 @@ class Publisher(ABC):
         tracker there), ``on_taken`` (when given) once the publisher holds the answer, at
         or before that: the record's prefetch slot is free from there, the answers held
         being bounded by :meth:`full` instead. Under exactly-once the answer reaches the
-        results topic only with a commit of an offset past ``offset`` (None: with the next
-        commit).
+        results topic with the next commit, whatever is unanswered ahead of ``offset``: its
+        progress record tells the partition's next owner it is answered.
 
         Raises :class:`MessageTooLarge` (nothing sent; send something smaller) or
         :class:`FatalKafkaError` (exit).

@@ -227,24 +227,29 @@ class TransactionalPublisher(Publisher):
 
     def _hand(self) -> None:
         """Hand the committer every answer waiting, the offsets that moved and a progress
-        record for each partition either touches; or, when nothing moved after a
-        transaction that held answers, the offsets already committed (module doc). Every
-        handover carries offsets: the generation check (KIP-447)."""
+        record for each partition either touches, with that partition's offset (equal to
+        the record's: a reader trusts a record only beside it); or, when nothing moved
+        after a transaction that held answers, the offsets already committed (module doc).
+        Every handover carries offsets: the generation check (KIP-447)."""
         assert self._committer is not None
         moved = [tp for tp in self._committable() if (tp.topic, tp.partition) not in self._aborted]
         records = self._buffer.take()
         if not records and not moved and not self._settle_due():
             return
-        offsets = moved or self._committed_offsets()
+        origins = frozenset(origin for origin, _ in records)
+        progress = self._progress_records(origins | {(t.topic, t.partition) for t in moved})
+        at = {(t.topic, t.partition): t.offset for t in moved}
+        at.update((r.origin, r.committed) for r in progress)
+        offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(at.items())]
+        offsets = offsets or self._committed_offsets()
         if not offsets and not records:
             return
-        origins = frozenset(origin for origin, _ in records)
         handover = Handover(
             records=tuple(r for _, r in records),
             origins=origins,
             offsets=tuple(offsets),
             metadata=self._consumer.consumer_group_metadata(),
-            progress=self._progress_records(origins | {(t.topic, t.partition) for t in moved}),
+            progress=progress,
             progress_topic=self._progress.topic if self._progress is not None else "",
         )
         self._handed = handover

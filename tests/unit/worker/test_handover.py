@@ -93,6 +93,26 @@ def test_an_answer_ahead_of_a_straggler_is_published_at_once_and_skipped_by_the_
         assert skipped == 2  # a and b, counted for the operator
 
 
+def test_a_progress_record_that_disagrees_with_the_committed_offset_skips_nothing() -> None:
+    engine = GatedInFlightEngine(gated=False)
+    with rig(loop_config(), engine, delivery="exactly_once") as r:
+        answered_but_the_long_one(r)
+        r.step_until(lambda: set(r.answers()) == {"a", "b", "c"}, "the short answers visible")
+        r.consumer.rebalance("revoke", [P0, P1])
+        r.step_until(lambda: not r.consumer.rebalancing, "the revoke")
+        # the operator deletes and recreates the requests topic: the group's offsets of it
+        # are gone, the progress pointers stay (the record says offsets 1 and 2 answered)
+        r.broker.logs[P0].clear()
+        del r.broker.committed[P0]
+        fresh = {"x0", "x1", "x2"}
+        for custom_id in sorted(fresh):
+            r.broker.submit(0, custom_id, f"new {custom_id}")
+        engine.stragglers.clear()
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: set(r.answers()) >= fresh, "every new record answered")
+        assert {i: r.answers()[i] for i in fresh} == dict.fromkeys(fresh, 1)
+
+
 def test_every_transaction_points_the_group_at_its_progress_records() -> None:
     engine = GatedInFlightEngine(gated=False)
     with rig(loop_config(), engine, delivery="exactly_once") as r:
@@ -126,6 +146,10 @@ def test_a_fenced_producer_is_a_lost_generation_the_worker_rejoins() -> None:
         assert r.consumer.assignment() == []
         assert len(r.worker.ledger) == 0  # every partition forgotten
         assert r.answers() == Counter()  # the fenced transaction committed nothing
+        # its progress records were written (a broker keeps them, and the embedded one
+        # shows them), but no pointer names them: a zombie's progress never counts
+        assert r.broker.stored.get((progress_topic("requests"), 0))
+        assert pointed(r, 0) is None and pointed(r, 1) is None
 
         engine.stragglers.clear()
         r.consumer.rebalance("assign", [P0, P1])  # the next generation
