@@ -73,6 +73,12 @@ from batcher.types import Batch, BatchLimits, Partition, Pending, Reason, T
 _Entry = tuple[float, float, int, float, int, str]
 
 
+#: formation chooses among at least this many of the most due queued requests ...
+FORMATION_WINDOW = 256
+#: ... and at least this many batches' worth
+FORMATION_WINDOW_BATCHES = 8
+
+
 class DynamicBatcher(Generic[T]):
     def __init__(self, limits: BatchLimits, dedup: bool = True) -> None:
         self.limits = limits
@@ -186,7 +192,12 @@ class DynamicBatcher(Generic[T]):
             reason = "flush"
         else:
             return None
-        queue = self.queued()
+        # formation ranks a window of the queue, not all of it: the most due requests, many
+        # batches' worth, so a deep queue (prefetch_count in the thousands) costs each
+        # request what a shallow one does (issue 48: prefetch 4096 spent 0.7 s of 7.5 in
+        # ranking 4,000 queued requests for each of 188 batches)
+        window = max(FORMATION_WINDOW, FORMATION_WINDOW_BATCHES * sequences)
+        queue = [self._queued[entry[-1]] for entry in self._order[:window]]
         if queue[0].tokens > tokens:
             return None
         items = select(

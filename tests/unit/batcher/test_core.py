@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from batcher import Batch, BatchLimits, DynamicBatcher, Pending
+from batcher.batcher import FORMATION_WINDOW
 
 FIFO = BatchLimits(
     max_batch_size=4, max_batch_tokens=100, timeout_s=0.1, length_aware=False, shared_prefix=False
@@ -259,3 +260,25 @@ def test_limits_and_items_are_validated() -> None:
         BatchLimits(timeout_s=-1)
     with pytest.raises(ValueError):
         item("neg", prompt=-1)
+
+
+def test_formation_chooses_among_the_most_due_window_of_a_deep_queue() -> None:
+    # a deep queue (prefetch_count 4096) is not ranked whole for every batch: the anchor's
+    # best length match beyond the window waits its turn, one inside it is taken
+    limits = BatchLimits(
+        max_batch_size=2,
+        max_batch_tokens=100_000,
+        timeout_s=0.1,
+        length_aware=True,
+        shared_prefix=False,
+    )
+    b: DynamicBatcher[str] = DynamicBatcher(limits)
+    b.add(item("anchor", 0.0, prompt=500), 0.0)
+    for i in range(2 * FORMATION_WINDOW):
+        b.add(item(f"q{i}", 1.0 + i, prompt=10), 0.0)
+    b.add(item("far twin", 10_000.0, prompt=500), 0.0)
+    # ranked whole, the queue would pair the anchor with its twin at the far end
+    assert keys(b.next_batch(20_000.0)) == ["anchor", "q0"]
+    b.add(item("anchor 2", 0.5, prompt=500), 0.0)
+    b.add(item("near twin", 3.5, prompt=500), 0.0)
+    assert keys(b.next_batch(20_000.0)) == ["anchor 2", "near twin"]
