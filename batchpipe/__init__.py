@@ -13,6 +13,7 @@ from batchpipe.client import (
     BatchStatus,
     Client,
     CollectTimeoutError,
+    PublishIncompleteError,
     SubmitReceipt,
 )
 from worker.errors import BatchpipeError
@@ -26,5 +27,6 @@ __all__ = [
     "CollectTimeoutError",
     "FileLimits",
     "LineProblem",
+    "PublishIncompleteError",
     "SubmitReceipt",
 ]

@@ -8,9 +8,11 @@
     client.collect(receipt.batch_id, "output.jsonl", "errors.jsonl", timeout_s=600)
     print(client.status(receipt.batch_id).completed)
 
-A batch is published in one Kafka transaction — all of its requests or none — after
-every request passed validation (:mod:`batchpipe.batchfile`), each request to its model's
-requests topic (``kafka.routes``, :mod:`worker.routing`). Results are read with
+A batch is published whole — all of its requests or none — after every request passed
+validation (:mod:`batchpipe.batchfile`), each request to its model's requests topic
+(``kafka.routes``, :mod:`worker.routing`): with fair share to its pending topic without a
+transaction, then its end marker (the feeder runs it only then), else in one Kafka
+transaction (docs/architecture.md §10 "Publish without transactions", §7). Results are read with
 ``read_committed`` consumers that start at the batch's submit time (see
 :mod:`batchpipe.collect`) and never join a group or commit offsets.
 """
@@ -18,15 +20,23 @@ requests topic (``kafka.routes``, :mod:`worker.routing`). Results are read with
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+)
 from msgspec import structs
 
 from batchpipe.batchfile import (
@@ -49,11 +59,15 @@ from batchpipe.collect import (
 )
 from batchpipe.paced import paced
 from batchpipe.progress import Progress
+from batchpipe.settle import settle
 from worker.config import Config, load_config, producer_max_bytes
 from worker.errors import BatchpipeError, RequestError
 from worker.feeder.estimate import request_tokens
-from worker.feeder.headers import MAX_ID_CHARS
+from worker.feeder.headers import MAX_ID_CHARS, scheduled_as
 from worker.feeder.naming import (
+    ALIVE_S,
+    HOLD_S,
+    alive_marker,
     check_weight,
     end_marker,
     ensure_pending,
@@ -74,53 +88,64 @@ __all__ = [
     "Client",
     "CollectTimeoutError",
     "FileLimits",
+    "PublishIncompleteError",
     "SubmitReceipt",
 ]
 
+log = logging.getLogger(__name__)
+
 DEFAULT_COMPLETION_WINDOW_S = 24 * 3600.0
 TRANSACTION_TIMEOUT_S = 30.0
-#: Kafka's default cap on a transaction's lifetime (transaction.max.timeout.ms) is 15 min;
-#: a 500 MB file must fit in it, and its commit waits for the last deliveries.
-TRANSACTION_LIFETIME_S = 600.0
+#: with fair share the lines are read on a thread (:func:`~batchpipe.paced.paced`), and
+#: when none came for this long the publisher looks whether a heartbeat is due
+CHUNK_S = 0.5
+#: with fair share, a record not acknowledged this long after it was produced fails the
+#: publish (librdkafka's ``message.timeout.ms``): well inside ``HOLD_S``, so a record the
+#: broker took late never lands after the feeder has given its batch up
+DELIVERY_TIMEOUT_S = 30.0
+#: ``scheduling.fair: false``: the batch is one transaction on the requests topic, and
+#: this is its ``transaction.timeout.ms``: on Apache Kafka a publisher killed mid-publish
+#: hides the batches after it on the partitions it wrote this long at most, and a batch
+#: must be published within it (docs/architecture.md §7; was 600 s)
+DIRECT_TIMEOUT_S = 45.0
 
 TextTarget = str | os.PathLike[str] | TextIO
-#: with fair share, a batch is published in transactions of at most this many records or
-#: seconds, then its end marker: a long upload's open transaction never hides the batches
-#: committed after it for longer (the feeder reads read_committed and holds a batch until
-#: its end marker: docs/architecture.md §10, "Publish in chunks")
-CHUNK_RECORDS = 5_000
-CHUNK_S = 0.5
-CHUNK_BYTES = 64 * 1024 * 1024
-#: a chunk's transaction.timeout.ms: a publisher killed mid-publish leaves its last chunk
-#: open, hiding later batches, this long at most on Apache Kafka (was 600 s for a batch)
-CHUNK_TIMEOUT_S = 60.0
 
 
-class _Chunk:
-    """The records of the transaction in progress, and per pending topic of the batch."""
+class _Stamp:
+    """One batch's stamping and routing of its requests."""
 
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-        self._records, self._bytes, self._started = 0, 0, time.monotonic()
+    def __init__(
+        self,
+        batch_id: str,
+        total: int,
+        submitted_at: float,
+        routes: Mapping[str, str],
+        route: Callable[[str], str],
+    ) -> None:
+        self.batch_id, self.total, self.submitted_at = batch_id, total, submitted_at
+        self.routes, self._route = routes, route
 
-    def full(self, topic: str, size: int) -> bool:
-        """One more record of ``size`` bytes on ``topic``; True when the transaction is
-        to commit now."""
-        self.counts[topic] += 1
-        self._records, self._bytes = self._records + 1, self._bytes + size
-        if (
-            self._records < CHUNK_RECORDS
-            and self._bytes < CHUNK_BYTES
-            and time.monotonic() - self._started < CHUNK_S
-        ):
-            return False
-        return self.commit()
+    def encoded(self, req: InferenceRequest) -> tuple[str, bytes, list[tuple[str, bytes]]]:
+        """``req`` stamped with its batch: its requests topic, value and headers."""
+        # a model not scanned (the file changed since): routed, or refused, now
+        topic = self.routes.get(req.model) or self._route(req.model)
+        stamped = structs.replace(
+            req, batch_id=self.batch_id, batch_total=self.total, submitted_at=self.submitted_at
+        )
+        value, headers = encode_request(stamped)
+        return topic, value, list(headers)
 
-    def commit(self) -> bool:
-        """True when the transaction holds records (it is to commit now); starts anew."""
-        held = self._records
-        self._records, self._bytes, self._started = 0, 0, time.monotonic()
-        return held > 0
+
+def _flush(producer: Producer, failed: list[KafkaError]) -> None:
+    """Wait for every delivery; ``KafkaException`` if one failed or some never came."""
+    left = producer.flush(DELIVERY_TIMEOUT_S + 5)
+    if failed:
+        raise KafkaException(failed[0])
+    if left:
+        raise KafkaException(
+            KafkaError(KafkaError._MSG_TIMED_OUT, f"{left} records not acknowledged")
+        )
 
 
 def check_name(text: str, what: str) -> str:
@@ -158,6 +183,55 @@ class CollectTimeoutError(BatchpipeError, TimeoutError):
 
 class BatchNotFoundError(BatchpipeError, LookupError):
     """Neither a request nor a result of the batch is on its topics."""
+
+
+class PublishIncompleteError(BatchpipeError, RuntimeError):
+    """The batch's publisher stopped before it ended the batch: none of it is run."""
+
+
+#: how often ``collect`` looks again for a batch published but not visible yet
+LOOK_AGAIN_S = 1.0
+NOT_VISIBLE = (
+    "published, not visible yet: its publisher's transaction has not committed "
+    "(a publisher still writing it, or one killed mid-publish until the broker ends it)"
+)
+PUBLISHING = "being published: its end marker is not written yet"
+
+
+@dataclass
+class Sighting:
+    """What the requests and pending topics hold of one batch (:meth:`Client.sighting`)."""
+
+    #: its first request readable read_committed; None when there is none
+    request: InferenceRequest | None = None
+    #: a request of it was read only read_uncommitted: in a transaction not committed
+    hidden: bool = False
+    #: found on a pending topic, published to end with an end marker
+    sealed: bool = False
+    ended: bool = False  # that end marker was read
+    #: the newest of its records and heartbeats on a pending topic (unix seconds)
+    last_at: float | None = None
+
+    def interrupted(self, now: float) -> bool:
+        """Its publisher stopped before the end marker: nothing of it for ``HOLD_S``."""
+        return (
+            self.sealed
+            and not self.ended
+            and self.last_at is not None
+            and now - self.last_at > HOLD_S
+        )
+
+    def detail(self, now: float) -> str | None:
+        if self.interrupted(now):
+            return (
+                f"publish incomplete: no end marker and nothing of it for {HOLD_S:.0f} s "
+                "(its publisher stopped); none of it is run"
+            )
+        if self.request is None and self.hidden:
+            return NOT_VISIBLE
+        if self.sealed and not self.ended:
+            return PUBLISHING
+        return None
 
 
 class Client:
@@ -205,8 +279,8 @@ class Client:
         Raises :class:`~batchpipe.batchfile.BatchFileError` (nothing published) when any
         request is invalid, :class:`~worker.routing.UnroutedModelError` (nothing published)
         when routes are configured and a request's model has none, ``KafkaException`` when
-        publishing fails (nothing of the batch is run: with fair share it is published in
-        short transactions and the feeder holds it until its end marker, written last).
+        publishing fails (nothing of the batch is run: with fair share the feeder holds it
+        until its end marker, written last once every record was acknowledged).
 
         With ``scheduling.fair`` the batch goes to the pending topic, and the feeder moves
         it on by fair share (docs/architecture.md §10): ``key`` names whose share it takes
@@ -249,8 +323,9 @@ class Client:
         (the API server validates each file once, at upload, and the CLI before it asks
         the broker), naming ``models``; ``batch_id`` None makes a new one; see :meth:`submit`.
 
-        Publishing again with the same ``batch_id`` fences an earlier publisher of it and
-        duplicates nothing that readers count: results are kept once per ``custom_id``.
+        Publishing again with the same ``batch_id`` duplicates nothing that readers count:
+        results are kept once per ``custom_id`` (an earlier attempt cut short is never run
+        alone: it has no end marker, or its transaction is fenced by the same id).
         """
         requests = iter_file(path, self.limits)
         return self._publish(requests, total, batch_id, models, weight, key)
@@ -279,55 +354,128 @@ class Client:
         if fair:
             ensure_pending(kafka, self.config.limits, sorted(set(routes.values())))
         scheduling = pending_headers(batch_id, share, key, sealed=True) if fair else []
-        max_tokens = self.config.generation.max_tokens
+        extra: dict[str, Any] = {
+            "message.max.bytes": max_bytes,
+            # one producer a batch: with sparse connections librdkafka connects to a
+            # broker only once it needs one, 50 ms apart, and init_transactions then
+            # raced the transaction coordinator's connection and now and then waited
+            # 0.5 s on a timer (2-3 % alone, a third of serve's publishes beside a
+            # large one's); connecting to every broker at once, it took 3 ms (was 54)
+            "enable.sparse.connections": False,
+        }
+        stamp = _Stamp(batch_id, total, submitted_at, routes, self.routing.topic_for)
+        if fair:
+            self._publish_pending(stamp, requests, scheduling, share, key, extra)
+        else:
+            self._publish_direct(stamp, requests, extra)
+        return SubmitReceipt(batch_id, total, submitted_at)
+
+    def _publish_pending(
+        self,
+        stamp: _Stamp,
+        requests: Iterable[InferenceRequest],
+        scheduling: list[tuple[str, bytes]],
+        share: float,
+        key: str,
+        extra: dict[str, Any],
+    ) -> None:
+        """Fair share: every record to the pending topic without a transaction (an
+        idempotent producer: in order, none twice), the end marker with their count last
+        (docs/architecture.md §10, "Publish without transactions, feed on the end marker").
+        Nothing here can hide another batch: no transaction holds the pending partition's
+        last stable offset. A heartbeat goes out whenever no line came for
+        :data:`ALIVE_S`, so the feeder tells a slow publisher from a dead one."""
+        kafka, max_tokens = self.config.kafka, self.config.generation.max_tokens
+        failed: list[KafkaError] = []
+
+        def delivered(error: KafkaError | None, _msg: object) -> None:
+            if error is not None and not failed:
+                failed.append(error)
+
         producer = clients.producer(
             kafka,
-            transactional_id=f"batchpipe-submit-{batch_id}",
             extra={
-                "transaction.timeout.ms": int(
-                    (CHUNK_TIMEOUT_S if fair else TRANSACTION_LIFETIME_S) * 1000
-                ),
-                "message.max.bytes": max_bytes,
-                # one producer a batch: with sparse connections librdkafka connects to a
-                # broker only once it needs one, 50 ms apart, and init_transactions then
-                # raced the transaction coordinator's connection and now and then waited
-                # 0.5 s on a timer (2-3 % alone, a third of serve's publishes beside a
-                # large one's); connecting to every broker at once, it took 3 ms (was 54)
-                "enable.sparse.connections": False,
+                **extra,
+                "message.timeout.ms": int(DELIVERY_TIMEOUT_S * 1000),
+                # a report for each failure only: one per record cost 7 % of submit's
+                # lines a second (bench/publish.py)
+                "on_delivery": delivered,
+                "delivery.report.only.error": True,
             },
         )
+
+        counts: Counter[str] = Counter()
+        topics = sorted({pending_topic(t) for t in stamp.routes.values()})
+        last = time.monotonic()
+        try:
+            for req in paced(requests, CHUNK_S):
+                if failed:
+                    raise KafkaException(failed[0])
+                if req is None:  # no line for CHUNK_S: the store is slow, not the publisher dead
+                    if time.monotonic() - last >= ALIVE_S:
+                        for topic in topics:
+                            produce(producer, topic, None, None, alive_marker(stamp.batch_id))
+                        last = time.monotonic()
+                    continue
+                topic, value, headers = stamp.encoded(req)
+                tokens = tokens_header(request_tokens(req, max_tokens))
+                topic = pending_topic(topic)
+                headers = [*headers, *scheduling, tokens]
+                produce(producer, topic, req.custom_id.encode(), value, headers)
+                counts[topic] += 1
+                last = time.monotonic()
+            # every record acknowledged before the marker says they are all there: a
+            # record that failed is never covered by a marker (the feeder also counts)
+            _flush(producer, failed)
+            for topic, count in counts.items():
+                marker = end_marker(stamp.batch_id, share, key, count)
+                produce(producer, topic, None, None, marker)
+            _flush(producer, failed)
+        except BaseException:
+            clients.forget_topics(kafka.bootstrap_servers)  # a topic may be gone: ask again
+            raise
+
+    def _publish_direct(
+        self, stamp: _Stamp, requests: Iterable[InferenceRequest], extra: dict[str, Any]
+    ) -> None:
+        """``scheduling.fair: false``: the whole batch in one transaction on the requests
+        topic, all of it or none; :data:`DIRECT_TIMEOUT_S` bounds how long a publisher
+        killed mid-publish can hide later batches on a broker that times transactions
+        out (docs/architecture.md §7)."""
+        kafka = self.config.kafka
+        producer = clients.producer(
+            kafka,
+            transactional_id=f"batchpipe-submit-{stamp.batch_id}",
+            extra={**extra, "transaction.timeout.ms": int(DIRECT_TIMEOUT_S * 1000)},
+        )
+        last: dict[tuple[str, int], int] = {}
+
+        def delivered(error: KafkaError | None, msg: Message) -> None:
+            offset = msg.offset()
+            if error is None and offset is not None:
+                at = (msg.topic() or "", msg.partition() or 0)
+                last[at] = max(last.get(at, -1), offset)
+
         producer.init_transactions(TRANSACTION_TIMEOUT_S)
         producer.begin_transaction()
-        chunk = _Chunk()
         try:
-            for req in paced(requests, CHUNK_S) if fair else requests:
-                if req is None:  # no line for CHUNK_S: what is written must not hide others
-                    if chunk.commit():
-                        producer.commit_transaction(TRANSACTION_LIFETIME_S)
-                        producer.begin_transaction()
-                    continue
-                # a model not scanned (the file changed since): routed, or refused, now
-                topic = routes.get(req.model) or self.routing.topic_for(req.model)
-                stamped = structs.replace(
-                    req, batch_id=batch_id, batch_total=total, submitted_at=submitted_at
-                )
-                value, headers = encode_request(stamped)
-                if fair:
-                    tokens = tokens_header(request_tokens(req, max_tokens))
-                    topic, headers = pending_topic(topic), [*headers, *scheduling, tokens]
-                produce(producer, topic, req.custom_id.encode(), value, headers)
-                if fair and chunk.full(topic, len(value)):  # an open one hides later batches
-                    producer.commit_transaction(TRANSACTION_LIFETIME_S)
-                    producer.begin_transaction()
-            for topic, count in chunk.counts.items():  # the feeder holds the batch till here
-                produce(producer, topic, None, None, end_marker(batch_id, share, key, count))
-            producer.commit_transaction(TRANSACTION_LIFETIME_S)
+            for req in requests:
+                topic, value, headers = stamp.encoded(req)
+                produce(producer, topic, req.custom_id.encode(), value, headers, delivered)
+            producer.commit_transaction(DIRECT_TIMEOUT_S)
         except BaseException:
             clients.forget_topics(kafka.bootstrap_servers)  # a topic may be gone: ask again
             with contextlib.suppress(KafkaException):
                 producer.abort_transaction(TRANSACTION_TIMEOUT_S)
             raise
-        return SubmitReceipt(batch_id, total, submitted_at)
+        # committed: on the embedded broker it may still wait for a transaction that
+        # overlapped it, which a later one of this producer lets the broker complete
+        if not settle(kafka, producer, last):
+            log.warning(
+                "batch %s is committed but not visible yet: a transaction of another "
+                "publisher on its partitions has not ended (docs/architecture.md §7)",
+                stamp.batch_id,
+            )
 
     # -- read back ------------------------------------------------------------------
 
@@ -371,6 +519,7 @@ class Client:
         *,
         since: float | None = None,
         progress: Progress | None = None,
+        on_wait: Callable[[str], None] | None = None,
     ) -> BatchStatus:
         """Write the batch's results as JSONL as they arrive, until it is complete.
 
@@ -379,10 +528,16 @@ class Client:
         ``progress`` is told ``(answered, total)`` after each new result and closed at
         the end. Raises :class:`CollectTimeoutError` (files hold what arrived) on timeout,
         :class:`BatchNotFoundError` at once (no file written) when neither a request nor a
-        result of the batch is on its topics: a mistyped id would otherwise be waited on
-        for ever.
+        result of the batch is on its topics, even in a transaction not committed yet: a
+        mistyped id would otherwise be waited on for ever. A batch published but not
+        visible yet (its publisher's transaction open) is waited for within
+        ``timeout_s``, and ``on_wait`` told why once; :class:`PublishIncompleteError` at
+        once when its publisher stopped before its end marker (none of it runs).
         """
-        self._require(batch_id, since)
+        started = time.monotonic()
+        self._require(batch_id, since, timeout_s, on_wait)
+        if timeout_s is not None:
+            timeout_s = max(0.0, timeout_s - (time.monotonic() - started))
         tally = BatchTally(batch_id)
         progress = progress or Progress()
         with contextlib.ExitStack() as stack:
@@ -413,36 +568,84 @@ class Client:
         ``state`` is ``completed`` once every request is answered, ``expired`` when the
         completion window since submission passed first, else ``in_progress``. While no
         result exists yet, the batch size and submit time come from its first request.
-        Raises :class:`BatchNotFoundError` when neither topic holds anything of it.
+        Raises :class:`BatchNotFoundError` when neither topic holds anything of it, even in
+        a transaction not committed yet. With no answer yet, ``detail`` says when it is
+        published but not visible yet or still being published, and a batch whose
+        publisher stopped before its end marker is ``failed`` (none of it runs).
         """
         since = since if since is not None else batch_time(batch_id)
         tally = BatchTally(batch_id)
         for _ in self._answered(tally, since):
             pass
-        submitted_at = since
+        submitted_at, detail, now = since, None, time.time()
         if tally.total == 0 or submitted_at is None:
-            first = self._first_request(batch_id, since)
-            if first is None and tally.answered == 0:
+            seen = self.sighting(batch_id, since)
+            first = seen.request
+            if first is None and tally.answered == 0 and not seen.hidden:
                 raise self._not_found(batch_id)
             if first is not None:
                 tally.total = max(tally.total, first.batch_total)
                 submitted_at = first.submitted_at
-        return tally.status(
+            if tally.answered == 0:
+                detail = seen.detail(now)
+            if tally.answered == 0 and seen.interrupted(now):
+                return replace(
+                    tally.status(
+                        submitted_at=submitted_at,
+                        now=now,
+                        completion_window_s=None,
+                        price_per_1k=price_per_1k,
+                    ),
+                    state="failed",
+                    detail=detail,
+                )
+        status = tally.status(
             submitted_at=submitted_at,
-            now=time.time(),
+            now=now,
             completion_window_s=completion_window_s,
             price_per_1k=price_per_1k,
         )
+        return status if detail is None else replace(status, detail=detail)
 
-    def _require(self, batch_id: str, since: float | None) -> None:
-        """Raise :class:`BatchNotFoundError` unless a request or a result of the batch is
-        on its topics (a request first: the first one found ends the search)."""
+    def _require(
+        self,
+        batch_id: str,
+        since: float | None,
+        timeout_s: float | None,
+        on_wait: Callable[[str], None] | None,
+    ) -> None:
+        """Return once a request of the batch is readable or a result of it is there;
+        wait, within ``timeout_s``, while it is only published in a transaction not
+        committed yet (``on_wait`` told once); raise :class:`BatchNotFoundError` at once
+        when nothing of it is on its topics, :class:`PublishIncompleteError` when its
+        publisher stopped before its end marker."""
         since = since if since is not None else batch_time(batch_id)
-        if self._first_request(batch_id, since) is not None:
-            return
-        for _ in self._answered(BatchTally(batch_id), since):
-            return
-        raise self._not_found(batch_id)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        told = False
+        while True:
+            seen = self.sighting(batch_id, since)
+            if seen.request is not None and seen.interrupted(time.time()):
+                for _ in self._answered(BatchTally(batch_id), since):
+                    return  # answered all the same (an earlier attempt): collected
+                raise PublishIncompleteError(f"batch {batch_id}: {seen.detail(time.time())}")
+            if seen.request is not None:
+                return
+            for _ in self._answered(BatchTally(batch_id), since):
+                return
+            if not seen.hidden:
+                raise self._not_found(batch_id)
+            if not told and on_wait is not None:
+                on_wait(f"batch {batch_id}: {NOT_VISIBLE}; waiting")
+                told = True
+            if deadline is not None and time.monotonic() >= deadline:
+                status = BatchTally(batch_id).status(
+                    submitted_at=since, now=time.time(), completion_window_s=None, price_per_1k=None
+                )
+                raise CollectTimeoutError(replace(status, detail=NOT_VISIBLE), timeout_s or 0.0)
+            wait = (
+                LOOK_AGAIN_S if deadline is None else min(LOOK_AGAIN_S, deadline - time.monotonic())
+            )
+            time.sleep(max(0.0, wait))
 
     def _answered(self, tally: BatchTally, since: float | None) -> Iterator[InferenceResult]:
         """The batch's answers on the results topic, read to its end (none without it)."""
@@ -457,12 +660,14 @@ class Client:
         finally:
             consumer.close()
 
-    def reader(self, topic: str, since: float | None) -> tuple[Consumer, int] | None:
+    def reader(
+        self, topic: str, since: float | None, *, committed: bool = True
+    ) -> tuple[Consumer, int] | None:
         """A reader of every partition of ``topic`` from ``since`` (unix seconds; None: the
         beginning), as :func:`~batchpipe.collect.open_reader`; None when there is no such
         topic."""
         try:
-            return open_reader(self.config.kafka, topic, since)
+            return open_reader(self.config.kafka, topic, since, committed=committed)
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 return None
@@ -479,25 +684,73 @@ class Client:
     def _first_request(self, batch_id: str, since: float | None) -> InferenceRequest | None:
         """The first request of the batch on a requests topic it may be routed to, None if
         there is none."""
-        # not fed yet: still on the pending topic (§10) — looked at whatever this client's
-        # own scheduling.fair says, since its publisher may have had the other setting
-        topics = [*self.routing.topics, *(pending_topic(t) for t in self.routing.topics)]
-        for topic in topics:
-            reader = self.reader(topic, since)
-            if reader is None:
-                continue  # a route nothing was ever published to
-            consumer, partitions = reader
-            try:
-                for msg in records(consumer, partitions, until_end=True, deadline=None):
-                    try:
-                        req = decode_request(msg.value(), record_headers(msg), self._codec_limits)
-                    except RequestError:
+        return self.sighting(batch_id, since).request
+
+    def sighting(self, batch_id: str, since: float | None) -> Sighting:
+        """What the batch's requests topics, then its pending topics, hold of it: its
+        first request, read_committed; on a pending topic (§10) also whether it ended with
+        its end marker and when its newest record or heartbeat was written — looked at
+        whatever this client's own scheduling.fair says, since its publisher may have had
+        the other setting. With no request readable, whether one is there read_uncommitted:
+        published in a transaction not committed yet."""
+        for topic in self.routing.topics:
+            found = self._scan(topic, batch_id, since, committed=True)
+            if found.request is not None:
+                return found
+        seen = Sighting()
+        for topic in (pending_topic(t) for t in self.routing.topics):
+            found = self._scan(topic, batch_id, since, committed=True, pending=True)
+            seen.request = seen.request or found.request
+            seen.sealed, seen.ended = seen.sealed or found.sealed, seen.ended or found.ended
+            if found.last_at is not None:
+                seen.last_at = max(seen.last_at or 0.0, found.last_at)
+        if seen.request is not None:
+            return seen
+        for topic in self.routing.topics:
+            if self._scan(topic, batch_id, since, committed=False).request is not None:
+                return Sighting(hidden=True)
+        return seen
+
+    def _scan(
+        self,
+        topic: str,
+        batch_id: str,
+        since: float | None,
+        *,
+        committed: bool,
+        pending: bool = False,
+    ) -> Sighting:
+        """One topic's part of :meth:`sighting`: a requests topic is read until the
+        batch's first request, a pending topic to its end (its end marker and heartbeats)."""
+        seen = Sighting()
+        reader = self.reader(topic, since, committed=committed)
+        if reader is None:
+            return seen  # a route nothing was ever published to
+        consumer, partitions = reader
+        try:
+            for msg in records(consumer, partitions, until_end=True, deadline=None):
+                headers = record_headers(msg)
+                if pending:
+                    to = scheduled_as(headers)
+                    if to.batch_id != batch_id:
                         continue
-                    if req.batch_id == batch_id:
-                        return req
-            finally:
-                consumer.close()
-        return None
+                    seen.sealed, seen.ended = seen.sealed or to.sealed, seen.ended or to.end
+                    kind, at_ms = msg.timestamp()
+                    if kind != TIMESTAMP_NOT_AVAILABLE:
+                        seen.last_at = max(seen.last_at or 0.0, at_ms / 1000)
+                    if seen.request is not None or msg.value() is None:
+                        continue
+                try:
+                    req = decode_request(msg.value(), headers, self._codec_limits)
+                except RequestError:
+                    continue
+                if req.batch_id == batch_id:
+                    seen.request = req
+                    if not pending:
+                        return seen
+        finally:
+            consumer.close()
+        return seen
 
 
 def _open_text(stack: contextlib.ExitStack, target: TextTarget) -> TextIO:

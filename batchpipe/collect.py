@@ -47,7 +47,7 @@ POLL_S = 0.5
 METADATA_TIMEOUT_S = 30.0
 READER_GROUP = "batchpipe-reader"  # required by librdkafka; never joined, never committed
 
-State = Literal["in_progress", "completed", "expired"]
+State = Literal["in_progress", "completed", "expired", "failed"]
 
 _GENERATED_ID = re.compile(r"batch_(\d{13})_[0-9a-f]+")
 
@@ -63,14 +63,17 @@ def batch_time(batch_id: str) -> float | None:
     return int(match.group(1)) / 1000 if match else None
 
 
-def open_reader(kafka: KafkaConfig, topic: str, since: float | None) -> tuple[Consumer, int]:
-    """A read_committed consumer assigned to every partition of ``topic``.
+def open_reader(
+    kafka: KafkaConfig, topic: str, since: float | None, *, committed: bool = True
+) -> tuple[Consumer, int]:
+    """A read_committed consumer (``committed`` False: read_uncommitted, records of open
+    transactions too) assigned to every partition of ``topic``.
 
     It starts at the first record at or after ``since - CLOCK_SKEW_S`` (unix seconds),
     at the beginning when ``since`` is None. Returns it with its partition count.
     """
     consumer = clients.consumer(
-        kafka, READER_GROUP, read_committed=True, extra={"enable.partition.eof": True}
+        kafka, READER_GROUP, read_committed=committed, extra={"enable.partition.eof": True}
     )
     try:
         metadata = consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S).topics.get(topic)
@@ -154,9 +157,18 @@ class BatchStatus:
     reasoning_tokens: int
     cost: float | None
     submitted_at: float | None = None
+    #: why a batch with no answer yet is where it is: published but not visible yet, still
+    #: being published, or (``failed``) its publisher stopped before it ended
+    detail: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The OpenAI batch object's fields that apply, plus token usage and cost."""
+        extra: dict[str, Any] = {} if self.detail is None else {"detail": self.detail}
+        if self.state == "failed" and self.detail is not None:
+            extra["errors"] = {
+                "object": "list",
+                "data": [{"code": "publish_incomplete", "message": self.detail}],
+            }
         return {
             "id": self.batch_id,
             "object": "batch",
@@ -175,7 +187,7 @@ class BatchStatus:
                 "total_tokens": self.prompt_tokens + self.completion_tokens,
             },
             "cost": self.cost,
-        }
+        } | extra
 
 
 class BatchTally:

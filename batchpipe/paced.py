@@ -1,11 +1,11 @@
 """An iterable read on a thread, with a pause said out loud (docs/architecture.md §10).
 
-A publisher with fair share commits its batch in short transactions, because the feeder
-reads the pending topic read_committed: an open transaction hides every batch committed
-after it. A transaction left open while the publisher waits for its next line — a slow
-disk or object store, a generator that blocks — would hide them just the same, so the
-lines are read on a thread and :func:`paced` yields ``None`` whenever none came for
-``idle_s``: the publisher commits what it has then, and goes on waiting.
+A publisher with fair share writes its batch without a transaction and its end marker
+last; the feeder gives up a batch of which nothing came for a while (its publisher died,
+docs/architecture.md §10). A publisher waiting for its next line — a slow disk or object
+store, a generator that blocks — must still show it is alive, so the lines are read on a
+thread and :func:`paced` yields ``None`` whenever none came for ``idle_s``: the publisher
+writes a heartbeat when one is due, and goes on waiting.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """A batch's life after ``POST /v1/batches``, driven by every server replica.
 
-``validating`` → the input file's requests are published in one transaction (as
-``batchpipe submit`` publishes them) → ``in_progress`` → once every request is answered,
+``validating`` → the input file's requests are published whole (as ``batchpipe submit``
+publishes them: with fair share without a transaction, run only once their end marker
+is read; else in one transaction) → ``in_progress`` → once every request is answered,
 ``finalizing`` → the output and error files are assembled (:mod:`batchpipe.api.assemble`)
 → ``completed``. A file whose lines address another endpoint than the batch's ends
 ``failed``, with ``errors.data`` naming the lines. Past ``expires_at`` an unfinished batch
@@ -24,8 +25,10 @@ is gone, retried on the next step otherwise — and never stops the others.
 
 Nothing here outlives a restart that Kafka does not hold: a new server
 (or a second replica) finds the unfinished batches on the state topic, counts their
-results again, publishes a ``validating`` batch again (the same transactional id fences
-the earlier publisher; readers count each ``custom_id`` once) and ends each batch in turn.
+results again, publishes a ``validating`` batch again (an earlier attempt cut short has no
+end marker, or its transaction is fenced by the same transactional id; what of it is run
+with the new one is answered twice, and readers count each ``custom_id`` once) and ends
+each batch in turn.
 Two replicas may both end the same batch: the files have ids derived from the batch id,
 so they write the same files.
 """

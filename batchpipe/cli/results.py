@@ -139,7 +139,14 @@ def write_answers(
     if output == "-":
         output = sys.stdout
     progress = make_progress(sys.stderr, batch_id, quiet=args.quiet)
-    status = client.collect(batch_id, output, errors, args.timeout, since=since, progress=progress)
+
+    def waiting(message: str) -> None:
+        if not args.quiet:
+            print(f"batchpipe: {message}", file=sys.stderr, flush=True)
+
+    status = client.collect(
+        batch_id, output, errors, args.timeout, since=since, progress=progress, on_wait=waiting
+    )
     if not args.quiet:
         where = "stdout" if output is sys.stdout else output
         print(
@@ -160,6 +167,8 @@ def format_status(status: BatchStatus, price_per_1k: float | None) -> str:
     ]
     if status.cost is not None:
         lines.append(f"  cost      {status.cost:.4f} (at {price_per_1k:g} per 1k tokens)")
+    if status.detail is not None:
+        lines.append(f"  note      {status.detail}")
     return "\n".join(lines)
 
 

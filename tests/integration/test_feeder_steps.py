@@ -253,11 +253,11 @@ def test_a_long_upload_in_progress_hides_no_batch_committed_meanwhile(
     kafka_config: Config, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Issue 38: the feeder reads read_committed, so one open publish transaction hid
-    every batch committed after it until it ended. A batch is now published in short
-    transactions — committed whenever no line came for CHUNK_S — and held by the feeder
-    until its end marker. Here alice's upload stops reading its file after 1,500 of its
-    3,000 lines until bob's 10-line batch, committed meanwhile, has been fed whole
-    (before: never, until hers committed); none of hers is fed before her marker."""
+    every batch committed after it until it ended. A batch is now published without a
+    transaction (issue 49) and held by the feeder until its end marker. Here alice's
+    upload stops reading its file after 1,500 of its 3,000 lines until bob's 10-line
+    batch, published meanwhile, has been fed whole (before issue 38: never, until hers
+    committed); none of hers is fed before her marker."""
     config = replace(kafka_config, scheduling=replace(kafka_config.scheduling, fair=True))
     k = config.kafka
     paused, bob_fed = threading.Event(), threading.Event()

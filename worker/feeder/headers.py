@@ -46,6 +46,8 @@ TOKENS_HEADER = "batchpipe-tokens"
 SEALED_HEADER = "batchpipe-sealed"
 #: on the end marker, the batch's last record (no value): the number of its records
 END_HEADER = "batchpipe-end"
+#: on a publisher's heartbeat (no value): it is still publishing the batch, only slowly
+ALIVE_HEADER = "batchpipe-alive"
 #: on each record of a batch: its deadline, wall-clock seconds (the publisher's start +
 #: the completion window); a batch at risk of missing it is fed earliest deadline first
 DEADLINE_HEADER = "batchpipe-deadline"
@@ -114,6 +116,9 @@ class Scheduled:
     sealed: bool = False  # its batch ends with an end marker: held until it is read
     end: bool = False  # this record is that marker, not a request
     deadline: float | None = None  # wall-clock seconds: when its batch's window closes
+    #: on an end marker, the number of records it says its batch has (None: not said)
+    count: int | None = None
+    alive: bool = False  # a publisher's heartbeat, not a request
 
 
 def scheduled_as(
@@ -131,13 +136,16 @@ def scheduled_as(
     raw_weight: str | bytes | None = None
     raw_tokens: str | bytes | None = None
     raw_deadline: str | bytes | None = None
-    sealed = end = False
+    raw_end: str | bytes | None = None
+    sealed = end = alive = False
     pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
     for name, value_ in pairs:  # the last of each wins; the others are not decoded
         if name == SEALED_HEADER:
             sealed = True
         elif name == END_HEADER:
-            end = True
+            end, raw_end = True, value_
+        elif name == ALIVE_HEADER:
+            alive = True
         elif name == BATCH_HEADER:
             raw_batch = value_
         elif name == KEY_HEADER:
@@ -158,9 +166,13 @@ def scheduled_as(
     if 0 < len(digits) <= MAX_NUMBER_CHARS and digits.isascii() and digits.isdigit():
         tokens = min(ceiling, max(floor, int(digits)))
     if not batch_id:  # the headerless kind is never held: nothing would end it
-        sealed = end = False
+        sealed = end = alive = False
     deadline = _number(raw_deadline) if raw_deadline is not None and batch_id else None
-    return Scheduled(batch_id, weight, key, tokens, sealed, end, deadline)
+    count = None
+    said = _text(raw_end) if end and raw_end is not None else ""
+    if 0 < len(said) <= MAX_NUMBER_CHARS and said.isascii() and said.isdigit():
+        count = int(said)
+    return Scheduled(batch_id, weight, key, tokens, sealed, end, deadline, count, alive)
 
 
 def batch_of(headers: Headers | None) -> str:

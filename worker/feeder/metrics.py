@@ -38,7 +38,7 @@ class FeederMetrics:
         self._abandoned = Counter(
             "batchpipe_feeder_abandoned",
             "Records marked fed and never moved: unreadable records of quarantined batches, "
-            "or a batch published in chunks whose end marker never came.",
+            "or a sealed batch whose end marker never came or counts more records than were read.",
             registry=registry,
         )
         self._trim_supported = Gauge(

@@ -17,6 +17,7 @@ import time
 from batcher.fairshare import MAX_WEIGHT, MIN_WEIGHT
 from worker.config import KafkaConfig, LimitsConfig, producer_max_bytes
 from worker.feeder.headers import (
+    ALIVE_HEADER,
     BATCH_HEADER,
     DEADLINE_HEADER,
     END_HEADER,
@@ -31,6 +32,13 @@ from worker.kafka import clients
 #: call a batch expired 24 h after it was submitted (batchpipe.client
 #: DEFAULT_COMPLETION_WINDOW_S)
 COMPLETION_WINDOW_S = 24 * 3600.0
+#: a sealed batch with neither a record nor a heartbeat written for this long and no end
+#: marker is one whose publisher died: the feeder gives it up and ``status`` reports it
+#: failed (a live publisher writes a heartbeat after :data:`ALIVE_S` without a record, and
+#: a record it wrote is acknowledged within 30 s or its publish fails)
+HOLD_S = 60.0
+#: a publisher writing a sealed batch writes a heartbeat when it wrote nothing this long
+ALIVE_S = 5.0
 
 
 def pending_topic(requests_topic: str) -> str:
@@ -89,8 +97,16 @@ def pending_headers(
 
 def end_marker(batch_id: str, weight: float, key: str, count: int) -> list[tuple[str, bytes]]:
     """The headers of a sealed batch's last record (no value): its ``count`` records are
-    all published (docs/architecture.md §10, "Publish in chunks")."""
+    all published and acknowledged, and the feeder feeds it only once it has read as many
+    (docs/architecture.md §10, "Publish without transactions")."""
     return [*pending_headers(batch_id, weight, key), (END_HEADER, str(count).encode())]
+
+
+def alive_marker(batch_id: str) -> list[tuple[str, bytes]]:
+    """The headers of a publisher's heartbeat (no value): it is still publishing
+    ``batch_id``, slowly; the feeder gives a sealed batch up only after ``HOLD_S`` with
+    neither a record nor a heartbeat of it."""
+    return [(BATCH_HEADER, batch_id.encode()), (ALIVE_HEADER, b"1")]
 
 
 def tokens_header(tokens: int) -> tuple[str, bytes]:

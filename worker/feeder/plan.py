@@ -6,11 +6,15 @@ share (:mod:`batcher.fairshare`) and the drain of stopped batches
 (:mod:`worker.feeder.stops`) — and turns scanned records into the slices of one step.
 The mover (:mod:`worker.feeder.mover`) writes a step in one transaction.
 
-*Sealed batches.* A publisher with fair share commits a batch in short transactions
-and writes its end marker last; each record says so (``batchpipe-sealed``). Such a batch
+*Sealed batches.* A publisher with fair share writes a batch without a transaction (an
+idempotent producer) and its end marker last, saying how many records it wrote, once
+all of them were acknowledged; each record says so (``batchpipe-sealed``). Such a batch
 is indexed and read ahead as it comes but joins fair share only when its marker is read
-(the marker itself is passed over, never moved), so a batch is never run in part, and
-one whose marker never comes is abandoned after :data:`HOLD_S` (its publisher failed).
+and as many of its records were (the marker itself is passed over, never moved), so a
+batch is never run in part. One whose marker never comes is abandoned once neither a
+record nor a heartbeat (``batchpipe-alive``, every 5 s of a slow read) of it came for
+:data:`HOLD_S` (its publisher died); one whose marker counts more records than were
+read is abandoned at the marker (a record lost: never run in part either).
 
 *Quarantine.* Nothing one record or one batch holds may stop the feeder: before issue 38
 a record that raised made the feeder rejoin, meet the same record again, and crash-loop
@@ -41,6 +45,7 @@ from batcher.fairshare import FairShare
 from worker.feeder.deadlines import Deadlines
 from worker.feeder.headers import Charging, Scheduled, headers_of, scheduled_as
 from worker.feeder.index import PendingIndex
+from worker.feeder.naming import HOLD_S
 from worker.feeder.readahead import PartialRead, ReadAhead
 from worker.feeder.stops import Drain
 from worker.feeder.sweep import FeederError
@@ -48,9 +53,6 @@ from worker.kafka.cancellations import Stop
 
 log = logging.getLogger(__name__)
 
-#: a sealed batch with no record scanned for this long and no end marker is abandoned
-#: (longer than a publisher's transaction may stay open: batchpipe.client)
-HOLD_S = 900.0
 #: batches whose end marker was read, remembered for records published after it
 MAX_ENDED = 100_000
 
@@ -172,7 +174,12 @@ class Planner:
                 assert offset is not None
                 if to.end:
                     self.index.skip(offset)
-                    self._end(to.batch_id)
+                    self._end(to.batch_id, to.count)
+                    continue
+                if to.alive:
+                    self.index.skip(offset)
+                    if (held := self._held.get(to.batch_id)) is not None:
+                        held.seen = self._clock()
                     continue
                 first = to.batch_id not in self.index.batches
                 if self.index.scan(offset, to.batch_id, to.weight):
@@ -198,25 +205,38 @@ class Planner:
             held = self._held[batch_id] = _Held(to.key, weight)
         held.count, held.tokens, held.seen = held.count + 1, held.tokens + to.tokens, self._clock()
 
-    def _end(self, batch_id: str) -> None:
-        """``batch_id``'s end marker was read: its publish committed whole, it is fed."""
+    def _end(self, batch_id: str, count: int | None) -> None:
+        """``batch_id``'s end marker was read: its publisher wrote ``count`` records and
+        had every one acknowledged. Fed when at least as many were read (more: an earlier
+        attempt under the same id left some, and readers keep one answer per
+        ``custom_id``); abandoned when fewer were, so it never runs in part (unless an
+        earlier feeder fed some of it: it checked the count then)."""
         if len(self._ended) >= MAX_ENDED:
             self._ended.pop(next(iter(self._ended)))  # the oldest: long fed
         self._ended[batch_id] = None
         held = self._held.pop(batch_id, None)
         if held is None or batch_id not in self.index.batches or self.drain.stopped(batch_id):
             return
+        # a batch fed in part already had its marker read and checked by an earlier feeder;
+        # a takeover reads only what of it is unfed
+        if count is not None and held.count < count and not self.index.fed_to.get(batch_id):
+            self._abandon(
+                batch_id,
+                FeederError(f"its end marker counts {count} records, {held.count} were read"),
+            )
+            return
         self.fair.add(batch_id, held.count, held.weight, held.key, held.tokens / held.count)
 
     def _expire(self) -> None:
-        """A sealed batch with no record for :data:`HOLD_S` and no end marker: its publisher
-        died before it committed the rest, so what it committed is no accepted batch (the
-        publisher failed; ``serve`` publishes it again whole). Abandoned, said, counted."""
+        """A sealed batch with no record or heartbeat for :data:`HOLD_S` and no end marker:
+        its publisher died before it wrote the rest, so what it wrote is no accepted batch
+        (the publisher failed; ``serve`` publishes it again whole). Abandoned, said,
+        counted."""
         now = self._clock()
         for batch_id in [b for b, h in self._held.items() if now - h.seen > HOLD_S]:
             del self._held[batch_id]
             if batch_id in self.index.batches:
-                self._abandon(batch_id, FeederError(f"no end marker for {HOLD_S:.0f} s"))
+                self._abandon(batch_id, FeederError(f"no end marker, nothing for {HOLD_S:.0f} s"))
 
     def plan(self, room: int, budget: int, fresh: int = 0, rate: float = 0.0) -> Step:
         """Up to ``budget`` records: stopped batches' first (outside the shares and the

@@ -21,8 +21,10 @@ BENCH = Path(run_all.__file__).resolve().parent
 # hand under the heavy lock, minutes; issue 38), builds of the worker side by side
 # (builds: needs the other trees, a mypyc build or a prototype; issue 42), answers behind
 # one long request and the takeover read after a million answers (straggler, takeover: run
-# by hand under the heavy lock, minutes; issue 48), and the check for a machine with a GPU
-# (gpu_check and its sections)
+# by hand under the heavy lock, minutes; issue 48), publishers hiding each other's batches
+# and submit's lines a second before and after (publish: run by hand under the heavy lock
+# with the other tree; issue 49), and the check for a machine with a GPU (gpu_check and
+# its sections)
 NOT_BENCHMARKS = {"__init__", "common", "plot", "figures", "tables", "run_all", "mover"} | {
     "fairness_arms",
     "fairness_variants",
@@ -31,6 +33,7 @@ NOT_BENCHMARKS = {"__init__", "common", "plot", "figures", "tables", "run_all", 
     "builds",
     "straggler",
     "takeover",
+    "publish",
     "openai_standin",
     "gpu_check",
     "gpu_check_hf",
