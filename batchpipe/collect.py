@@ -36,7 +36,7 @@ from worker.config import KafkaConfig
 from worker.errors import RequestError
 from worker.kafka import clients
 from worker.kafka.consumer import FROM_START
-from worker.wire.answers import format_error_line, format_output_line
+from worker.wire.answers import format_result_line
 from worker.wire.codec import CodecLimits, decode_result
 from worker.wire.messages import InferenceResult
 
@@ -286,10 +286,13 @@ def batch_results(
                 return
 
 
+def result_line(result: InferenceResult) -> str:
+    """The OpenAI batch output line of a completed result, the error line of a failed
+    one, as every output and error file holds it (newline included)."""
+    return json.dumps(format_result_line(result), ensure_ascii=False) + "\n"
+
+
 def write_result(result: InferenceResult, output: TextIO, errors: TextIO) -> None:
     """One line in the OpenAI batch output shape: completions to ``output``, failures to
     ``errors`` (as OpenAI and Bailian split them)."""
-    if result.status == "completed":
-        output.write(json.dumps(format_output_line(result), ensure_ascii=False) + "\n")
-    else:
-        errors.write(json.dumps(format_error_line(result), ensure_ascii=False) + "\n")
+    (output if result.status == "completed" else errors).write(result_line(result))

@@ -31,7 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from batchpipe.api import batches, files, models, retry
+from batchpipe.api import batches, files, models, partial, retry
 from batchpipe.api.auth import LOCAL_OWNER, Keys
 from batchpipe.api.console import console_router
 from batchpipe.api.context import Services, file_limits
@@ -126,6 +126,7 @@ def create_app(
     )
     app.include_router(files.router)
     app.include_router(batches.router)
+    app.include_router(partial.router)
     app.include_router(retry.router)
     app.include_router(models.router)
     app.include_router(console_router(config.api, open_mode=keys.open))

@@ -1,12 +1,16 @@
-"""A batch's output and error files, assembled from the results topic when it ends.
+"""A batch's output and error files, assembled from its answer log when it ends.
 
 The lines are exactly those ``batchpipe collect`` writes (:func:`batchpipe.collect.
 write_result`), one per ``custom_id``: completions to the output file, failures to the
-error file. A batch that ends cancelled or expired also has requests no worker answered;
+error file, in the order of the batch's answer log (:mod:`batchpipe.api.answerlog`), so
+that what partial reads gave is where they gave it. The answers the follower has not read
+yet (a cancelled or expired batch's last ones) are read from the topic and appended to
+the log first. A batch that ends cancelled or expired also has requests no worker answered;
 each of them gets an error line with code 4005 ``batch_cancelled`` or 4006
 ``batch_expired``, built from the input file, so every ``custom_id`` of the batch appears
-exactly once. File ids are derived from the batch id, so assembling twice (a restart, a
-second replica) writes the same files. Both files expire the batch's
+exactly once; they are appended to the log too. File ids are derived from the batch id,
+so assembling twice (a restart, a second replica) writes files of the same ids and lines
+(in each replica's order of its log). Both files expire the batch's
 ``output_expires_after`` after they are written (:mod:`batchpipe.api.retention`).
 """
 
@@ -19,11 +23,12 @@ from pathlib import Path
 
 from msgspec import structs
 
+from batchpipe.api.answerlog import AnswerLog
 from batchpipe.api.records import BatchRecord, Counts, FileRecord, Usage
 from batchpipe.api.retention import expiry
 from batchpipe.api.store import FileStore
 from batchpipe.batchfile import FileLimits, iter_file
-from batchpipe.collect import BatchTally, batch_results, batch_time, open_reader, write_result
+from batchpipe.collect import batch_results, batch_time, open_reader
 from worker.config import Config
 from worker.kafka.cancellations import Stop
 from worker.loop.jobs import Identity, failed
@@ -57,45 +62,42 @@ def assemble(
     input_file: Path,
     store: FileStore,
     limits: FileLimits,
+    answers: AnswerLog,
     *,
     stop: Stop | None,
     created_at: int,
 ) -> Assembled:
-    """Read the batch's results to the end of the topic and store its files.
+    """Read the batch's results to the end of the topic into its answer log, and store
+    the log's lines as its files.
 
     With ``stop``, every request without a result gets ``stop``'s error line.
     """
     kafka = config.kafka
-    tally = BatchTally(batch.id, batch.counts.total)
+    tally = answers.tally
+    if not tally.complete:
+        consumer, partitions = open_reader(kafka, kafka.results_topic, batch_time(batch.id))
+        try:
+            for result in batch_results(
+                consumer,
+                partitions,
+                tally,
+                CodecLimits.from_config(config.limits),
+                until_end=True,
+                deadline=None,
+            ):
+                answers.append(result)
+        finally:
+            consumer.close()
+    if stop is not None and not tally.complete:
+        identity = Identity(worker_id=API_IDENTITY, model=batch.model)
+        for req in iter_file(input_file, limits):
+            stamped = structs.replace(req, batch_id=batch.id, batch_total=batch.counts.total)
+            answers.add(
+                failed(req.custom_id, stop.code, stop.message, identity=identity, request=stamped)
+            )
     with _staged(store) as (out_path, err_path):
-        with (
-            out_path.open("w", encoding="utf-8") as out,
-            err_path.open("w", encoding="utf-8") as err,
-        ):
-            consumer, partitions = open_reader(kafka, kafka.results_topic, batch_time(batch.id))
-            try:
-                for result in batch_results(
-                    consumer,
-                    partitions,
-                    tally,
-                    CodecLimits.from_config(config.limits),
-                    until_end=True,
-                    deadline=None,
-                ):
-                    write_result(result, out, err)
-            finally:
-                consumer.close()
-            if stop is not None and not tally.complete:
-                identity = Identity(worker_id=API_IDENTITY, model=batch.model)
-                for req in iter_file(input_file, limits):
-                    stamped = structs.replace(
-                        req, batch_id=batch.id, batch_total=batch.counts.total
-                    )
-                    answer = failed(
-                        req.custom_id, stop.code, stop.message, identity=identity, request=stamped
-                    )
-                    if tally.add(answer):
-                        write_result(answer, out, err)
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            answers.split(out, err)
         expires_at = expiry(created_at, batch.output_expires_after, config.api)
         files = [
             _store(store, path, batch, kind, created_at, expires_at)

@@ -17,6 +17,10 @@ with offset 0, so the broker's index alone would re-read the whole topic there.
 So the cost of a new batch is the records written since it was submitted, not the topic
 since the oldest unfinished batch (which was re-read in full for every new batch before).
 A reader dropped after a Kafka error is reopened where it stopped.
+
+Each tracked batch's new answers are appended to its answer log
+(:mod:`batchpipe.api.answerlog`) in the order read, flushed at the end of every read: the
+order that partial reads and the final files share.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from __future__ import annotations
 import bisect
 import threading
 import time
+from pathlib import Path
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from batchpipe.api.answerlog import AnswerLog
 from batchpipe.api.records import BatchRecord
 from batchpipe.collect import (
     CLOCK_SKEW_S,
@@ -56,6 +62,7 @@ class ResultsFollower:
     def __init__(
         self,
         config: Config,
+        answers: Path,
         *,
         clock_skew_s: float = CLOCK_SKEW_S,
         mark_every_s: float = _MARK_EVERY_S,
@@ -64,7 +71,8 @@ class ResultsFollower:
         self._clock_skew_s = clock_skew_s  # between this replica's clock and the others'
         self._mark_every_s = mark_every_s
         self._codec_limits = CodecLimits.from_config(config.limits)
-        self._tallies: dict[str, BatchTally] = {}
+        self._answers = answers  # the answer logs' directory
+        self._logs: dict[str, AnswerLog] = {}
         self._lock = threading.Lock()  # register() runs on request threads
         self._reader: Consumer | None = None
         self._partitions: list[int] = []
@@ -75,13 +83,29 @@ class ResultsFollower:
         self.records_read = 0  # how many records the reader has read, for measurements
 
     def tally(self, batch_id: str) -> BatchTally | None:
+        log = self._log(batch_id)
+        return None if log is None else log.tally
+
+    def _log(self, batch_id: str) -> AnswerLog | None:
         with self._lock:
-            return self._tallies.get(batch_id)
+            return self._logs.get(batch_id)
+
+    def _open(self, batch: BatchRecord) -> AnswerLog:
+        """The batch's answer log, opened if it is not (under ``_lock``)."""
+        log = self._logs.get(batch.id)
+        if log is None:
+            log = self._logs[batch.id] = AnswerLog(self._answers, batch.id, batch.counts.total)
+        return log
 
     def register(self, batch: BatchRecord) -> None:
         """Count ``batch`` from the reader's position on: its requests are not out yet."""
         with self._lock:
-            self._tallies.setdefault(batch.id, BatchTally(batch.id, batch.counts.total))
+            self._open(batch)
+
+    def answers(self, batch: BatchRecord) -> AnswerLog:
+        """The batch's answer log, for its assembly on the follower's thread."""
+        with self._lock:
+            return self._open(batch)
 
     def follow(self, active: list[BatchRecord]) -> bool:
         """Count the results of ``active`` for at most ``_READ_S``; forget the others.
@@ -94,12 +118,12 @@ class ResultsFollower:
         burst of batches completing together ends in one pass, not a pass each."""
         ids = {b.id for b in active}
         with self._lock:
-            for gone in set(self._tallies) - ids:
-                del self._tallies[gone]
-            new = [b for b in active if b.id not in self._tallies]
+            for gone in set(self._logs) - ids:
+                self._logs.pop(gone).close()
+            new = [b for b in active if b.id not in self._logs]
             for batch in new:
-                self._tallies[batch.id] = BatchTally(batch.id, batch.counts.total)
-            tracked = [b for b in active if b.id in self._tallies]
+                self._open(batch)
+            tracked = [b for b in active if b.id in self._logs]
         if not tracked:
             return False
         if self._reader is None and not self._reopen():
@@ -121,6 +145,10 @@ class ResultsFollower:
             if fetched.error() is None:  # a partition's end, or a transient error: read on
                 self._count(fetched)
         self._mark()
+        with self._lock:
+            logs = list(self._logs.values())
+        for log in logs:  # what partial reads may serve: whole lines, in the order read
+            log.flush()
         return completed
 
     def _count(self, msg: Message) -> bool:
@@ -131,8 +159,8 @@ class ResultsFollower:
             result = decode_result(msg.value(), record_headers(msg), self._codec_limits)
         except RequestError:
             return False
-        tally = self.tally(result.batch_id)
-        return tally is not None and tally.add(result) and tally.complete
+        log = self._log(result.batch_id)
+        return log is not None and log.add(result) and log.tally.complete
 
     def _mark(self) -> None:
         now = time.time()

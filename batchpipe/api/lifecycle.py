@@ -45,6 +45,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 
 from batchpipe.api import retention
+from batchpipe.api.answerlog import answers_dir
 from batchpipe.api.assemble import assemble
 from batchpipe.api.feederwatch import NO_FEEDER_CODE, NO_FEEDER_S, FeederWatch
 from batchpipe.api.follow import ResultsFollower
@@ -77,8 +78,9 @@ class Lifecycle:
         self._state = state
         self._store = store
         self._limits = limits
-        self.results = ResultsFollower(config)
-        self.retention = Retention(state, store)
+        answers = answers_dir(config.api)
+        self.results = ResultsFollower(config, answers)
+        self.retention = Retention(state, store, answers)
         self.feeders = FeederWatch(config)
         self._publishing: set[str] = set()
         self._announced: set[str] = set()  # cancelled batches whose stop the broker has
@@ -303,7 +305,14 @@ class Lifecycle:
         created = _now()
         with self._store.local_copy(batch.input_file_id) as path:
             files = assemble(
-                self._config, batch, path, self._store, self._limits, stop=stop, created_at=created
+                self._config,
+                batch,
+                path,
+                self._store,
+                self._limits,
+                self.results.answers(batch),
+                stop=stop,
+                created_at=created,
             )
         for record in (files.output, files.errors):
             if record is not None:

@@ -12,10 +12,11 @@ batch files; 0 keeps files until they are deleted).
 An expired file is gone for its owner at once — absent from the list, 404 for retrieve,
 content and delete, and no batch can be created from it — and :class:`Retention` removes
 its bytes from the store and its record from the state topic on the lifecycle's next
-sweep. The input file of a batch that has not ended is the one exception: the batch needs
-it to publish its requests and to answer the ones no worker answered, so its bytes stay
-(hidden from the owner) until the batch ends. A batch never breaks because its input file
-expired or was deleted: the batch record stands on its own.
+sweep; a batch's output or error file takes the batch's answer log with it
+(:mod:`batchpipe.api.answerlog`). The input file of a batch that has not ended is the one
+exception: the batch needs it to publish its requests and to answer the ones no worker
+answered, so its bytes stay (hidden from the owner) until the batch ends. A batch never
+breaks because its input file expired or was deleted: the batch record stands on its own.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
+from batchpipe.api.answerlog import forget
 from batchpipe.api.errors import bad_request
 from batchpipe.api.records import FileRecord
 from batchpipe.api.state import StateTopic
@@ -103,9 +106,10 @@ class Retention:
     a record whose expiry hides it, removed on the next sweep). Every replica sweeps;
     removing twice is harmless."""
 
-    def __init__(self, state: StateTopic, store: FileStore) -> None:
+    def __init__(self, state: StateTopic, store: FileStore, answers: Path) -> None:
         self._state = state
         self._store = store
+        self._answers = answers  # the answer logs' directory
         self._last = 0.0
 
     def step(self, at: float) -> None:
@@ -132,6 +136,8 @@ class Retention:
                     continue
                 self._store.delete(file.id)
                 self._state.delete_file(file)
+                if file.purpose == "batch_output":  # named <batch id>_<kind>.jsonl
+                    forget(self._answers, file.filename.rsplit("_", 1)[0])
             removed.append(file.id)
         if removed:
             log.info("removed %d expired files", len(removed))

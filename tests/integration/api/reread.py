@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
+from pathlib import Path
 
 from msgspec import structs
 
@@ -104,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     count = args.results
     an_hour_ago = time.time() - 3600
     old = batch(new_batch_id(an_hour_ago), count + 1)  # never complete: stays followed
-    with EmbeddedBroker() as broker:
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as logs:
+        answers = Path(logs)
         config = isolated_config(broker.bootstrap, prefix="reread")
         started = time.monotonic()
         write_results(config, old.id, count, an_hour_ago, count + 1)
@@ -112,14 +115,14 @@ def main(argv: list[str] | None = None) -> int:
         rows = {}
         for mode in ("step_back", "from_start"):
             # marks every 0.2 s and 1 s of clock skew: the run lasts seconds, not hours
-            follower = ResultsFollower(config, clock_skew_s=1.0, mark_every_s=0.2)
+            follower = ResultsFollower(config, answers, clock_skew_s=1.0, mark_every_s=0.2)
             first_s = follow_until(follower, [old], count)
             at_end_after(follower, [old], idle_s=1.5)  # a mark at the end, 1 s old
             new = batch(new_batch_id(time.time()), 10)
             before = follower.records_read
             if mode == "from_start":  # what the lifecycle did for every new batch:
                 follower.close()  # a reader (and counts) from the oldest batch again
-                follower = ResultsFollower(config)
+                follower = ResultsFollower(config, answers)
                 before = 0
             seconds = at_end_after(follower, [old, new], idle_s=2.0)
             rows[mode] = {

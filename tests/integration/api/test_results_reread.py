@@ -5,6 +5,7 @@ time whenever a batch appeared. Measured on a large topic by ``reread.py``."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,11 +19,13 @@ pytestmark = pytest.mark.integration
 OLD_RESULTS, NEW_RESULTS = 600, 7
 
 
-def test_a_batch_seen_late_is_counted_from_its_submit_time_only(kafka_config: Config) -> None:
+def test_a_batch_seen_late_is_counted_from_its_submit_time_only(
+    kafka_config: Config, tmp_path: Path
+) -> None:
     an_hour_ago = time.time() - 3600
     old = batch(new_batch_id(an_hour_ago), OLD_RESULTS + 1)  # never complete
     write_results(kafka_config, old.id, OLD_RESULTS, an_hour_ago, OLD_RESULTS + 1)
-    follower = ResultsFollower(kafka_config, clock_skew_s=1.0, mark_every_s=0.2)
+    follower = ResultsFollower(kafka_config, tmp_path, clock_skew_s=1.0, mark_every_s=0.2)
     follow_until(follower, [old], OLD_RESULTS)
     at_end_after(follower, [old], idle_s=1.5)  # the reader's mark at the end is 1 s old
     # another replica's batch: submitted now, answered before this replica sees it

@@ -23,6 +23,7 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from fastapi.testclient import TestClient
 
+from batchpipe.api.answerlog import answers_dir
 from batchpipe.api.app import create_app
 from batchpipe.api.auth import Keys
 from batchpipe.api.context import Services, file_limits
@@ -197,7 +198,7 @@ class QuietLifecycle(Lifecycle):
 
     def __init__(self, config: Config, state: StateTopic, store: LocalStore) -> None:
         super().__init__(config, state, store, file_limits(config.api))
-        self.results = QuietFollower(config)
+        self.results = QuietFollower(config, answers_dir(config.api))
         self.stops: list[Stop] = []
 
     def start(self) -> None:

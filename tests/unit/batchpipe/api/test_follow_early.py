@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 from msgspec import structs
@@ -93,8 +94,8 @@ def topic(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Topic]:
     yield fake
 
 
-def test_the_read_stops_at_the_answer_that_completes_a_batch(topic: _Topic) -> None:
-    follower = ResultsFollower(Config())
+def test_the_read_stops_at_the_answer_that_completes_a_batch(topic: _Topic, tmp_path: Path) -> None:
+    follower = ResultsFollower(Config(), tmp_path)
     active = [_batch("big", 1_000), _batch("small", 3)]
     assert follower.follow(active) is True  # stopped early: more may be waiting
     small = follower.tally("small")
@@ -108,10 +109,10 @@ def test_the_read_stops_at_the_answer_that_completes_a_batch(topic: _Topic) -> N
     assert big is not None and big.answered == 205 and not big.complete
 
 
-def test_batches_completing_together_end_in_one_read(topic: _Topic) -> None:
+def test_batches_completing_together_end_in_one_read(topic: _Topic, tmp_path: Path) -> None:
     """Review s5 #2: a pass per completed batch was a full lifecycle step each, back to
     back, for a burst of small batches answered together."""
-    follower = ResultsFollower(Config())
+    follower = ResultsFollower(Config(), tmp_path)
     topic.records[8:8] = _Topic([("tiny", "t0", 1)]).records
     for offset, record in enumerate(topic.records):
         record._offset = offset
@@ -122,8 +123,8 @@ def test_batches_completing_together_end_in_one_read(topic: _Topic) -> None:
         assert tally is not None and tally.complete, done
 
 
-def test_a_repeated_last_answer_does_not_stop_the_read_again(topic: _Topic) -> None:
-    follower = ResultsFollower(Config())
+def test_a_repeated_last_answer_does_not_stop_the_read_again(topic: _Topic, tmp_path: Path) -> None:
+    follower = ResultsFollower(Config(), tmp_path)
     topic.records.insert(8, topic.records[7])  # the small batch's last answer, twice
     for offset, record in enumerate(topic.records):
         record._offset = offset
