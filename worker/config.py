@@ -220,6 +220,13 @@ class ApiConfig:
     webhook_backoff_s: float = 5.0  # first retry's delay; doubled each time, full jitter
     webhook_backoff_max_s: float = 3600.0  # the longest delay between two attempts
     webhook_give_up_after_s: float = 72 * 3600.0  # retries stop this long after the event
+    # cost caps (batchpipe/api/costcap.py, docs/api.md "Cost caps"): a model -> its USD
+    # price per 1,000,000 tokens, {"prompt_per_1m": p, "completion_per_1m": c}
+    prices: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # a key's owner (or "*" for every key not named) -> the default cap of its batches in
+    # tokens (prompt + completion) and in USD; a batch's metadata may lower it, never raise it
+    key_max_tokens: Mapping[str, int] = field(default_factory=dict)
+    key_max_cost_usd: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -408,6 +415,10 @@ def _inconsistencies(config: Config) -> list[str]:
         found.append(
             f"api.webhook_backoff_s: {config.api.webhook_backoff_s} exceeds "
             f"api.webhook_backoff_max_s ({config.api.webhook_backoff_max_s})"
+        )
+    if config.api.key_max_cost_usd and not config.api.prices:
+        found.append(
+            "api.key_max_cost_usd: set, but api.prices names no model; a cost cap needs prices"
         )
     if config.api.max_line_bytes > config.api.max_file_bytes:
         found.append(

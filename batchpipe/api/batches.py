@@ -10,7 +10,8 @@ Every field of a wrong type is a 400 naming it; the body must be ``application/j
 (415) and at most :data:`~batchpipe.api.guard.MAX_JSON_BYTES` (413), and a body nested
 too deeply to parse is a 400. The batch is written under its input file's lock
 (:meth:`StateTopic.guard`), so a concurrent deletion of the file either comes first (404)
-or sees the batch (409), and so does the sweep of an expired file.
+or sees the batch (409), and so does the sweep of an expired file. Its token and cost caps
+are read from ``metadata`` and its key's defaults (:mod:`batchpipe.api.costcap`).
 ``output_expires_after`` sets how long its output and error files live
 (:mod:`batchpipe.api.retention`); an expired input file is a 404, as a deleted one.
 
@@ -30,6 +31,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from batchpipe.api.context import Services, owner, services
+from batchpipe.api.costcap import CapError, batch_cap
 from batchpipe.api.errors import ApiError, bad_request, not_found
 from batchpipe.api.guard import require_json
 from batchpipe.api.pages import page
@@ -133,6 +135,10 @@ def _batch_of(
         refused = not_served([file.model], svc.fleet.served())
         if refused is not None:  # no worker would answer it: every line would fail
             raise bad_request(refused, "input_file_id", "model_not_found")
+    try:
+        cap = batch_cap(svc.config, who, file.model, metadata)
+    except CapError as exc:
+        raise bad_request(str(exc), exc.param, exc.error_code) from exc
     created = time.time()
     tokens, refusal = _token_check(svc, file_id, who)
     batch = BatchRecord(
@@ -148,6 +154,7 @@ def _batch_of(
         output_expires_after=output_expires_after,
         counts=Counts(total=file.lines),
         tokens=tokens,
+        cap=cap,
     )
     if refusal is not None:  # recorded as failed, never published
         batch = replace(batch, status="failed", failed_at=int(created), errors=(refusal,))

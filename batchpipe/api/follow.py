@@ -33,6 +33,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from batchpipe.api.answerlog import AnswerLog
+from batchpipe.api.costcap import Cap
 from batchpipe.api.records import BatchRecord
 from batchpipe.collect import (
     CLOCK_SKEW_S,
@@ -73,6 +74,7 @@ class ResultsFollower:
         self._codec_limits = CodecLimits.from_config(config.limits)
         self._answers = answers  # the answer logs' directory
         self._logs: dict[str, AnswerLog] = {}
+        self._caps: dict[str, Cap] = {}  # of the running batches that have one
         self._lock = threading.Lock()  # register() runs on request threads
         self._reader: Consumer | None = None
         self._partitions: list[int] = []
@@ -110,13 +112,19 @@ class ResultsFollower:
     def follow(self, active: list[BatchRecord]) -> bool:
         """Count the results of ``active`` for at most ``_READ_S``; forget the others.
 
-        True when the read stopped early at an answer that completed a batch, so that the
+        True when the read stopped early at an answer that completed a batch (or took a
+        batch to its cap: it is stopped in this step, not one poll interval later), so that the
         batch ends now rather than after the rest of the window (other batches' answers
         keep streaming in: the window was spent in full on every step, and a small batch
         waited for it behind a large one); the caller reads on without waiting. Before it
         returns, it counts what the reader has already fetched, without waiting, so that a
         burst of batches completing together ends in one pass, not a pass each."""
         ids = {b.id for b in active}
+        self._caps = {
+            b.id: b.cap
+            for b in active
+            if b.cap is not None and b.cap.limits and b.status in ("validating", "in_progress")
+        }
         with self._lock:
             for gone in set(self._logs) - ids:
                 self._logs.pop(gone).close()
@@ -152,7 +160,8 @@ class ResultsFollower:
         return completed
 
     def _count(self, msg: Message) -> bool:
-        """Count one record; True when its answer completed a tracked batch."""
+        """Count one record; True when its answer completed a tracked batch or took it
+        to its cap."""
         self._next[msg.partition() or 0] = (msg.offset() or 0) + 1
         self.records_read += 1
         try:
@@ -160,7 +169,10 @@ class ResultsFollower:
         except RequestError:
             return False
         log = self._log(result.batch_id)
-        return log is not None and log.add(result) and log.tally.complete
+        if log is None or not log.add(result):
+            return False
+        cap = self._caps.get(result.batch_id)
+        return log.tally.complete or (cap is not None and cap.reached(log.tally) is not None)
 
     def _mark(self) -> None:
         now = time.time()

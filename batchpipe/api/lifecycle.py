@@ -10,7 +10,9 @@ is stopped (control topic, 4006) and ends ``expired``. A batch whose model has n
 (``kafka.routes`` changed since it was created) ends ``failed`` naming the model. A cancel
 writes ``cancelling`` and a stop record that every worker reads (4005); the batch ends
 ``cancelled`` once every request is answered, or ``api.cancel_grace_s`` after the cancel,
-whichever comes first.
+whichever comes first. A batch whose spend reaches its cap (:mod:`batchpipe.api.costcap`)
+takes the cancel's path with reason ``capped``: ``cancelling`` with ``errors.data`` naming
+the cap, a stop record (4008 ``batch_cap_reached``), then ``cancelled``.
 
 Progress is counted from the results topic by :class:`~batchpipe.api.follow.
 ResultsFollower`. Every change of a batch's state is decided and written under one lock
@@ -57,8 +59,9 @@ from batchpipe.api.store import FileStore
 from batchpipe.api.weights import published_weight
 from batchpipe.batchfile import FileLimits
 from batchpipe.client import Client
+from batchpipe.collect import BatchTally
 from worker.config import Config
-from worker.kafka.cancellations import Stop, announce
+from worker.kafka.cancellations import Reason, Stop, announce
 from worker.routing import UnroutedModelError
 
 log = logging.getLogger("batchpipe.api")
@@ -66,8 +69,16 @@ log = logging.getLogger("batchpipe.api")
 _ANNOUNCE_TIMEOUT_S = 5.0  # a cancel's stop record; the loop retries it
 
 
+_RUNNING = ("validating", "in_progress")  # a batch its cap can stop
+
+
 def _now() -> int:
     return int(time.time())
+
+
+def _stop_reason(batch: BatchRecord) -> Reason:
+    """Why a ``cancelling`` batch stops: its cap, or its owner's cancel."""
+    return "capped" if batch.cap is not None and batch.cap.reached_at is not None else "cancelled"
 
 
 class Lifecycle:
@@ -157,10 +168,30 @@ class Lifecycle:
             replace(batch, status="cancelling", cancelling_at=_now())
         ), True
 
+    def _cap_reached(self, batch_id: str, param: str, tally: BatchTally) -> BatchRecord | None:
+        """Stop a running batch at its cap: ``cancelling`` with the cap in ``errors.data``
+        (under the lock, as a cancel), then its stop record. None when it had changed."""
+        with self._lock:
+            batch = self._state.batch(batch_id)
+            if batch is None or batch.cap is None or batch.status not in _RUNNING:
+                return None
+            now = _now()
+            stopped = replace(
+                batch,
+                status="cancelling",
+                cancelling_at=now,
+                cap=batch.cap.stopped(now),
+                errors=(*batch.errors, batch.cap.error(param, tally)),
+            )
+            batch = self._state.put_batch(stopped)
+        log.info("batch %s reached its cap (%s): stopping it", batch.id, param)
+        self._announce_stop(batch)  # at once: every answer until the workers read it is over
+        return batch
+
     def _announce_stop(self, batch: BatchRecord) -> None:
-        """Tell every worker the batch is cancelled; a failure is retried by the loop."""
+        """Tell every worker the batch is stopped; a failure is retried by the loop."""
         try:
-            self._announce(Stop(batch.id, "cancelled", time.time()))
+            self._announce(Stop(batch.id, _stop_reason(batch), time.time()))
         except Exception as exc:  # on a pool thread: logged here or never
             log.warning("batch %s: the stop was not announced, retrying: %r", batch.id, exc)
             return
@@ -252,7 +283,8 @@ class Lifecycle:
 
     def _step(self) -> bool:
         """One pass over the batches; True when the results read stopped early at a batch
-        that is complete (it ends in this pass) and more may be waiting to be read."""
+        that is complete (it ends in this pass) and more may be waiting to be read, or a
+        batch under a cap runs."""
         active = [b for b in self._state.batches() if not b.terminal]
         for batch in active:
             if batch.status == "validating":
@@ -270,13 +302,20 @@ class Lifecycle:
             except Exception as exc:
                 log.warning("batch %s: step failed, retrying on the next: %r", batch.id, exc)
         self.retention.step(retention.now())
-        return read_on
+        # a batch under a cap is followed without a pause: the poll interval would add to
+        # its overshoot (the read window, 0.2 s at most, paces the loop instead)
+        return read_on or any(
+            b.cap is not None and b.cap.limits and b.status in _RUNNING for b in active
+        )
 
     def _advance(self, batch: BatchRecord, now: float) -> None:
         tally = self.results.tally(batch.id)
         done = tally is not None and tally.complete
+        over = None if tally is None or batch.cap is None else batch.cap.reached(tally)
         if batch.status in ("in_progress", "finalizing") and done:
             self._end(batch, "completed", None)
+        elif batch.status in _RUNNING and over is not None and tally is not None:
+            self._cap_reached(batch.id, over, tally)
         elif batch.status == "in_progress" and now >= batch.expires_at:
             stop = Stop(batch.id, "expired", now)
             self._announce(stop)
@@ -284,7 +323,7 @@ class Lifecycle:
         elif batch.status == "cancelling" and (
             done or now >= (batch.cancelling_at or 0) + self._config.api.cancel_grace_s
         ):
-            self._end(batch, "cancelled", Stop(batch.id, "cancelled", now))
+            self._end(batch, "cancelled", Stop(batch.id, _stop_reason(batch), now))
         elif batch.status == "in_progress" and now - (batch.in_progress_at or now) >= NO_FEEDER_S:
             why = self.feeders.stalled(now)
             if why is not None and (tally is None or tally.completed + tally.failed == 0):

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal, TypeVar
 
+from batchpipe.api.costcap import Cap
 from worker.wire.messages import Endpoint
 
 BatchState = Literal[
@@ -133,6 +134,9 @@ class BatchRecord:
     # estimated tokens of its requests (prompt + max_tokens), recorded at create
     # (batchpipe.api.quota); 0 for a batch created before it was
     tokens: int = 0
+    # its token and cost caps and its model's prices, resolved at create
+    # (batchpipe.api.costcap); None for a batch created before caps existed
+    cap: Cap | None = None
     version: int = 0
     counts: Counts = Counts()
     usage: Usage | None = None
@@ -164,8 +168,10 @@ class BatchRecord:
         record = _load(cls, value)
         usage: Any = record.usage
         counts: Any = record.counts
+        cap: Any = record.cap
         return replace(
             record,
+            cap=None if cap is None else Cap.decode(cap),
             counts=Counts(**counts),
             usage=None if usage is None else Usage(**usage),
             errors=tuple(record.errors),
@@ -201,4 +207,11 @@ class BatchRecord:
             "metadata": dict(self.metadata),
             "model": self.model or None,
             "usage": None if usage is None else usage.to_openai(),
+            # batchpipe's own fields, as /v1/models carries them (the SDK keeps extra fields)
+            "batchpipe": {"spend": self.spend(usage)},
         }
+
+    def spend(self, usage: Usage | None) -> dict[str, Any]:
+        """What the batch spent against its caps (``batchpipe.spend``, docs/api.md)."""
+        usage = usage or Usage()
+        return (self.cap or Cap()).view(usage.input_tokens, usage.output_tokens)

@@ -1,4 +1,4 @@
-"""Batches to stop: the compacted control topic (docs/architecture.md §5, codes 4005/4006).
+"""Batches to stop: the compacted control topic (docs/architecture.md §5, codes 4005-4008).
 
 When a batch is cancelled (``POST /v1/batches/{id}/cancel``) or its completion window
 passes, the API server writes one record to ``kafka.control_topic``: key the batch id,
@@ -8,7 +8,9 @@ all of it (no consumer group: every partition from the beginning) and answers a 
 batch's requests that have not started without running them — 4005 ``batch_cancelled``,
 4006 ``batch_expired``; an in-flight engine aborts the ones it runs, which are answered
 the same way. The feeder writes one too, reason ``quarantined`` with a ``detail``, for a
-batch it cannot schedule (4007 ``batch_quarantined`` naming the cause, §10). A request
+batch it cannot schedule (4007 ``batch_quarantined`` naming the cause, §10), and the API
+server one with reason ``capped`` for a batch whose spend reached its cap (4008
+``batch_cap_reached``, :mod:`batchpipe.api.costcap`). A request
 already on a static engine finishes and its result is kept, as OpenAI keeps a cancelled
 batch's finished results.
 """
@@ -26,18 +28,20 @@ from worker.errors import ErrorCode
 from worker.kafka import clients
 from worker.kafka.consumer import FROM_START
 
-Reason = Literal["cancelled", "expired", "quarantined"]
+Reason = Literal["cancelled", "expired", "quarantined", "capped"]
 
 _CODES: dict[Reason, ErrorCode] = {
     "cancelled": ErrorCode.BATCH_CANCELLED,
     "expired": ErrorCode.BATCH_EXPIRED,
     "quarantined": ErrorCode.BATCH_QUARANTINED,
+    "capped": ErrorCode.BATCH_CAP_REACHED,
 }
 _MESSAGES: dict[Reason, str] = {
     "cancelled": "batch_cancelled: the batch was cancelled before this request ran",
     "expired": "batch_expired: the batch's completion window passed before this request ran",
     "quarantined": "batch_quarantined: the feeder could not schedule this batch, so this "
     "request was not run",
+    "capped": "batch_cap_reached: the batch reached its token or cost cap before this request ran",
 }
 #: the longest ``detail`` a stop carries (a quarantined batch's cause)
 MAX_DETAIL = 300

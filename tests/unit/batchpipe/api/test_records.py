@@ -3,6 +3,8 @@ the official SDK's types, strictly."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from openai.types import Batch, FileDeleted, FileObject
 
 from batchpipe.api.records import BatchRecord, Counts, FileRecord, Usage
@@ -52,8 +54,15 @@ def test_file_object_is_the_sdk_shape() -> None:
     sdk_parse(FileDeleted, {"id": "file-1", "object": "file", "deleted": True})
 
 
+def _sdk_batch(doc: dict[str, Any]) -> Batch:
+    """The batch object as the SDK's ``Batch``, beside batchpipe's one extension: its
+    ``batchpipe`` object (the SDK keeps it in ``model_extra``)."""
+    assert set(doc["batchpipe"]) == {"spend"}
+    return sdk_parse(Batch, {k: v for k, v in doc.items() if k != "batchpipe"})
+
+
 def test_batch_object_is_the_sdk_shape_in_every_state() -> None:
-    running = sdk_parse(Batch, BATCH.to_openai(Counts(3, 1, 1), Usage(10, 4, 0)))
+    running = _sdk_batch(BATCH.to_openai(Counts(3, 1, 1), Usage(10, 4, 0)))
     assert running.request_counts is not None and running.request_counts.completed == 1
     assert running.usage is not None and running.usage.total_tokens == 14
     failed = BatchRecord(
@@ -64,6 +73,6 @@ def test_batch_object_is_the_sdk_shape_in_every_state() -> None:
             "errors": ({"code": "4002", "message": "m", "param": "url", "line": 2},),
         }
     )
-    parsed = sdk_parse(Batch, failed.to_openai())
+    parsed = _sdk_batch(failed.to_openai())
     assert parsed.errors is not None and parsed.errors.data is not None
     assert parsed.errors.data[0].line == 2
