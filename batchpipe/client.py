@@ -480,15 +480,29 @@ class Client:
     # -- read back ------------------------------------------------------------------
 
     def results(
-        self, batch_id: str, timeout_s: float | None = None, *, since: float | None = None
+        self,
+        batch_id: str,
+        timeout_s: float | None = None,
+        *,
+        since: float | None = None,
+        partial: bool = False,
     ) -> Iterator[InferenceResult]:
-        """Yield each request's result once, in arrival order, until the batch is complete.
+        """Yield each request's result once, in arrival order, until the batch is complete
+        — or, with ``partial``, the results answered now (the results topic read to its
+        end), and stop there whether the batch is complete or not.
 
         Raises :class:`CollectTimeoutError` when ``timeout_s`` passes first. ``since``
         (unix seconds) is where reading starts; by default the time inside a generated
         batch id, else the beginning of the results topic.
         """
-        return self._results(BatchTally(batch_id), timeout_s, since)
+        return self._read(BatchTally(batch_id), timeout_s, since, partial=partial)
+
+    def _read(
+        self, tally: BatchTally, timeout_s: float | None, since: float | None, *, partial: bool
+    ) -> Iterator[InferenceResult]:
+        if partial:
+            return self._answered(tally, since if since is not None else batch_time(tally.batch_id))
+        return self._results(tally, timeout_s, since)
 
     def _results(
         self, tally: BatchTally, timeout_s: float | None, since: float | None
@@ -520,8 +534,11 @@ class Client:
         since: float | None = None,
         progress: Progress | None = None,
         on_wait: Callable[[str], None] | None = None,
+        partial: bool = False,
     ) -> BatchStatus:
-        """Write the batch's results as JSONL as they arrive, until it is complete.
+        """Write the batch's results as JSONL as they arrive, until it is complete; with
+        ``partial``, the results answered now, and return (its status says how far the
+        batch is).
 
         Completions go to ``output``, failures to ``errors`` (paths are truncated first;
         open text streams are written as they are), one line per ``custom_id``.
@@ -543,7 +560,7 @@ class Client:
         with contextlib.ExitStack() as stack:
             out, err = (_open_text(stack, target) for target in (output, errors))
             try:
-                for result in self._results(tally, timeout_s, since):
+                for result in self._read(tally, timeout_s, since, partial=partial):
                     write_result(result, out, err)
                     progress.update(tally.answered, tally.total)
             finally:

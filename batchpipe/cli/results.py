@@ -28,11 +28,14 @@ def add_collect(commands: Commands, common: argparse.ArgumentParser) -> None:
     collect = commands.add_parser(
         "collect",
         parents=[common],
-        help="write a batch's results as JSONL until it is complete",
+        help="write a batch's results as JSONL until it is complete (--partial: so far)",
         description="Read the results topic from the batch's submit time and write one "
         "line per custom_id, in the OpenAI batch output shape: completions to -o, "
-        "failures to --errors. Ends when every request is answered. Progress goes to "
-        "stderr: a bar on a terminal, a line every 10 s otherwise.",
+        "failures to --errors. It follows the batch: each line is written as it lands "
+        "(-o - streams them to stdout), and it ends when every request is answered. "
+        "--partial writes only what is answered now and exits 0, however far the batch "
+        "is: look at the first answers of a running batch (run it again for more). "
+        "Progress goes to stderr: a bar on a terminal, a line every 10 s otherwise.",
         formatter_class=FORMATTER,
     )
     collect.add_argument("batch_id", metavar="ID", nargs="?", help="the batch to collect")
@@ -40,6 +43,11 @@ def add_collect(commands: Commands, common: argparse.ArgumentParser) -> None:
         "--batch-id", dest="batch_id_option", metavar="ID", help="the same as ID (older spelling)"
     )
     output_options(collect)
+    collect.add_argument(
+        "--partial",
+        action="store_true",
+        help="write the lines answered so far and exit 0, without waiting for the end",
+    )
     collect.add_argument(
         "--topic", metavar="T", help="results topic (default: kafka.results_topic)"
     )
@@ -131,9 +139,15 @@ def output_options(parser: argparse.ArgumentParser) -> None:
 
 
 def write_answers(
-    args: argparse.Namespace, client: Client, batch_id: str, since: float | None
+    args: argparse.Namespace,
+    client: Client,
+    batch_id: str,
+    since: float | None,
+    *,
+    partial: bool = False,
 ) -> int:
-    """Write ``batch_id``'s answers as ``-o``/``--errors`` say until it is complete."""
+    """Write ``batch_id``'s answers as ``-o``/``--errors`` say until it is complete
+    (``partial``: those answered now)."""
     output: str | TextIO = args.output or f"{batch_id}.output.jsonl"
     errors: str = args.errors or f"{batch_id}.errors.jsonl"
     if output == "-":
@@ -145,13 +159,24 @@ def write_answers(
             print(f"batchpipe: {message}", file=sys.stderr, flush=True)
 
     status = client.collect(
-        batch_id, output, errors, args.timeout, since=since, progress=progress, on_wait=waiting
+        batch_id,
+        output,
+        errors,
+        args.timeout,
+        since=since,
+        progress=progress,
+        on_wait=waiting,
+        partial=partial,
     )
     if not args.quiet:
         where = "stdout" if output is sys.stdout else output
+        so_far = ""
+        if partial:
+            total = status.total or "?"
+            so_far = f" ({status.completed + status.failed} of {total} answered so far)"
         print(
             f"{batch_id}: {status.completed} completed → {where}, "
-            f"{status.failed} failed → {errors}",
+            f"{status.failed} failed → {errors}{so_far}",
             file=sys.stderr,
         )
     return EXIT_OK
@@ -183,7 +208,7 @@ def _batch_id(args: argparse.Namespace) -> str:
 
 def _collect(args: argparse.Namespace) -> int:
     batch_id = _batch_id(args)  # a usage error before the broker is asked
-    return write_answers(args, connected_client(args), batch_id, args.since)
+    return write_answers(args, connected_client(args), batch_id, args.since, partial=args.partial)
 
 
 def _status(args: argparse.Namespace) -> int:
