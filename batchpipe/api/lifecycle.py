@@ -61,7 +61,7 @@ from batchpipe.batchfile import FileLimits
 from batchpipe.client import Client
 from batchpipe.collect import BatchTally
 from worker.config import Config
-from worker.kafka.cancellations import Reason, Stop, announce
+from worker.kafka.cancellations import Announcer, Reason, Stop
 from worker.routing import UnroutedModelError
 
 log = logging.getLogger("batchpipe.api")
@@ -95,6 +95,7 @@ class Lifecycle:
         self.feeders = FeederWatch(config)
         self._publishing: set[str] = set()
         self._announced: set[str] = set()  # cancelled batches whose stop the broker has
+        self._announcer = Announcer(config.kafka)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="api-publish")
         self._lock = threading.RLock()  # one change of a batch's state at a time
         self._publish_lock = threading.Lock()  # never held over a Kafka call
@@ -102,6 +103,7 @@ class Lifecycle:
         self._thread = threading.Thread(target=self._run, name="api-lifecycle", daemon=True)
 
     def start(self) -> None:
+        self._announcer.open()  # ready before the first stop: a cap's stop waits on nothing
         self._thread.start()
         self.feeders.start()
 
@@ -110,6 +112,7 @@ class Lifecycle:
         if self._thread.is_alive():
             self._thread.join(30)
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._announcer.close()
         self.results.close()
         self.feeders.close()
 
@@ -184,8 +187,14 @@ class Lifecycle:
                 errors=(*batch.errors, batch.cap.error(param, tally)),
             )
             batch = self._state.put_batch(stopped)
-        log.info("batch %s reached its cap (%s): stopping it", batch.id, param)
+        start = time.monotonic()
         self._announce_stop(batch)  # at once: every answer until the workers read it is over
+        log.info(
+            "batch %s reached its cap (%s): stop announced in %.0f ms",
+            batch.id,
+            param,
+            (time.monotonic() - start) * 1000,
+        )
         return batch
 
     def _announce_stop(self, batch: BatchRecord) -> None:
@@ -198,7 +207,7 @@ class Lifecycle:
         self._announced.add(batch.id)
 
     def _announce(self, stop: Stop) -> None:
-        announce(self._config.kafka, stop, timeout_s=_ANNOUNCE_TIMEOUT_S)
+        self._announcer.announce(stop, timeout_s=_ANNOUNCE_TIMEOUT_S)
 
     # -- publishing -------------------------------------------------------------------
 

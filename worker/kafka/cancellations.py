@@ -18,10 +18,11 @@ batch's finished results.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from worker.config import KafkaConfig
 from worker.errors import ErrorCode
@@ -124,13 +125,46 @@ class TopicReader:
         self._consumer.close()
 
 
+class Announcer:
+    """Publishes stops through one producer kept open: a new idempotent producer first
+    asks the broker for its producer id, which took 0.5 s of a stop on the embedded broker
+    (a capped batch's overshoot grows with every moment of it). A delivery that fails
+    drops the producer; the next stop opens a new one."""
+
+    def __init__(self, kafka: KafkaConfig) -> None:
+        self._kafka = kafka
+        self._producer: Producer | None = None
+        self._lock = threading.Lock()
+
+    def open(self) -> Producer:
+        """The producer, opened now if it is not (it gets its id in the background)."""
+        with self._lock:
+            if self._producer is None:
+                self._producer = clients.producer(self._kafka)
+            return self._producer
+
+    def announce(self, stop: Stop, timeout_s: float = 30.0) -> None:
+        """Publish ``stop`` to the control topic and wait until the broker has it."""
+        topic = self._kafka.control_topic
+        clients.ensure_topics(self._kafka, [topic], partitions=1, compacted=True)
+        producer = self.open()
+        producer.produce(topic, key=stop.batch_id.encode(), value=stop.encode())
+        if producer.flush(timeout_s) != 0:
+            with self._lock:
+                if self._producer is producer:
+                    self._producer = None
+            raise TimeoutError(f"control record for {stop.batch_id} not delivered in {timeout_s}s")
+
+    def close(self) -> None:
+        with self._lock:
+            producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(1.0)
+
+
 def announce(kafka: KafkaConfig, stop: Stop, timeout_s: float = 30.0) -> None:
     """Publish ``stop`` to the control topic and wait until the broker has it."""
-    clients.ensure_topics(kafka, [kafka.control_topic], partitions=1, compacted=True)
-    producer = clients.producer(kafka)
-    producer.produce(kafka.control_topic, key=stop.batch_id.encode(), value=stop.encode())
-    if producer.flush(timeout_s) != 0:
-        raise TimeoutError(f"control record for {stop.batch_id} not delivered in {timeout_s}s")
+    Announcer(kafka).announce(stop, timeout_s)
 
 
 class Cancellations:

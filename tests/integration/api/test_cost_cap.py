@@ -26,7 +26,7 @@ LINES = 5_000
 STEP_S = 0.005
 #: the stated bound (docs/api.md "Cost caps"): what the fleet answers in this long after
 #: the answer that reached the cap, plus the engine batch each worker has running
-STOP_S = 1.0
+STOP_S = 0.5
 STOPPED = "batch_cap_reached: the batch reached its token or cost cap before this request ran"
 
 
