@@ -6,7 +6,9 @@ so far, byte for byte as its output and error files will hold them, in the order
 answer log (:mod:`batchpipe.api.answerlog`) — the order those files keep. ``after`` is a
 cursor this route gave (``X-Batchpipe-Cursor``; none: from the first line) and ``limit``
 the most lines a page holds (1 to :data:`MAX_LIMIT`, default :data:`DEFAULT_LIMIT`; a page
-also stops after :data:`MAX_PAGE_BYTES` once it holds a line). Reading again from the
+also stops after :data:`MAX_PAGE_BYTES` once it holds a line). ``last=N`` (instead of
+``after``) gives the latest N lines answered, what the console shows of a running batch,
+found by reading the log backwards in chunks. Reading again from the
 cursor gives only what was answered since, so the pages read one after the other are a
 growing prefix of the batch's lines, each line once, and the final files are the last
 page plus the rest. Headers say what a reader needs next:
@@ -88,6 +90,28 @@ def page_of(log: BinaryIO, size: int, start: int, limit: int, max_bytes: int) ->
         lines += 1
 
 
+def tail_of(log: BinaryIO, size: int, last: int) -> Page:
+    """The page of the last ``last`` whole lines of ``log`` (whose length is ``size``),
+    found by reading back from its end a chunk at a time."""
+    end = start = 0
+    newlines = 0  # seen from the end, the one that ends the last whole line included
+    at = size
+    while at > 0:
+        step = min(CHUNK_BYTES, at)
+        at -= step
+        log.seek(at)
+        chunk = log.read(step)
+        index = len(chunk)
+        while (index := chunk.rfind(b"\n", 0, index)) >= 0:
+            if newlines == 0:
+                end = at + index + 1  # after it: a line still being written
+            newlines += 1
+            if newlines > last:
+                start = at + index + 1
+                return Page(start, end, last, has_more=False)
+    return Page(0, end, newlines, has_more=False)
+
+
 def _range(log: BinaryIO, page: Page) -> Iterator[bytes]:
     with log:
         log.seek(page.start)
@@ -117,9 +141,12 @@ def partial(
     who: str = Depends(owner),
     after: str | None = None,
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
+    last: int | None = Query(None, ge=1, le=MAX_LIMIT),
 ) -> StreamingResponse:
     svc = services(request)
     start = cursor(after)
+    if last is not None and after is not None:
+        raise bad_request("last: the latest lines or the lines after a cursor, not both", "last")
     batch = mine(svc, batch_id, who)  # read before the page: "ended" then means all logged
     path: Path = log_path(answers_dir(svc.config.api), batch.id)
     try:
@@ -132,7 +159,11 @@ def partial(
         found = Page(0, 0, 0, has_more=False)
         return _response(iter(()), found, batch.status, batch.terminal)
     try:
-        found = page_of(log, path.stat().st_size, start, limit, MAX_PAGE_BYTES)
+        size = path.stat().st_size
+        if last is None:
+            found = page_of(log, size, start, limit, MAX_PAGE_BYTES)
+        else:
+            found = tail_of(log, size, last)
     except BaseException:
         log.close()
         raise

@@ -9,6 +9,8 @@ const TERMINAL = new Set(["completed", "failed", "expired", "cancelled"]);
 const CANCELLABLE = new Set(["validating", "in_progress"]);
 const ERROR_SUMMARY_BYTES = 4 * 1024 * 1024; // an error file is summarised from its start
 const FIRST_LINES = 3;
+const LATEST_ANSWERS = 20; // of a batch's answered lines, shown newest first
+const ANSWER_CHARS = 200; // of an answer's text shown in the table
 
 const meta = (name) => document.querySelector(`meta[name="${name}"]`).content;
 const OPEN = meta("batchpipe-auth") === "open";
@@ -371,6 +373,48 @@ function showErrorSummary({ byCode, read, cut }) {
   $("errors-note").textContent = `${read} failed requests, from ${where}.`;
 }
 
+function answerText(line) {
+  // a chat or completion's text, else the response body's JSON; cut to ANSWER_CHARS
+  const body = (line.response || {}).body || {};
+  const choice = (body.choices || [])[0] || {};
+  const text = choice.message ? choice.message.content : (choice.text ?? body.output_text);
+  const shown = typeof text === "string" ? text : JSON.stringify(body);
+  return shown.length > ANSWER_CHARS ? `${shown.slice(0, ANSWER_CHARS)}…` : shown;
+}
+
+async function latestAnswers(path, batch) {
+  // the batch's latest answered lines (GET …/partial?last=N), newest first
+  let text;
+  try {
+    text = await (await api("GET", `${path}/partial?last=${LATEST_ANSWERS}`)).text();
+  } catch (error) {
+    if (error.status === 401) throw error;
+    $("answers-note").textContent = `Answers cannot be shown here: ${error.message}`;
+    return;
+  }
+  const rows = text
+    .split("\n")
+    .filter((line) => line.trim())
+    .reverse()
+    .map((raw) => {
+      const line = JSON.parse(raw);
+      const failed = line.error != null;
+      return el(
+        "tr",
+        { "data-custom-id": line.custom_id, "data-outcome": failed ? "error" : "completed" },
+        el("td", { text: line.custom_id }),
+        el("td", { text: failed ? `error ${line.error.code}` : "completed" }),
+        el("td", { text: failed ? line.error.message : answerText(line) }),
+      );
+    });
+  $("latest-answers").tBodies[0].replaceChildren(...rows);
+  $("latest-answers").hidden = rows.length === 0;
+  const live = TERMINAL.has(batch.status) ? "" : ", refreshed while the batch runs";
+  $("answers-note").textContent = rows.length
+    ? `The latest ${rows.length} answers and errors, newest first${live}.`
+    : "No request is answered yet.";
+}
+
 function field(name, value) {
   return [el("dt", { text: name }), el("dd", {}, value)];
 }
@@ -420,6 +464,7 @@ function batchPage() {
       current = batch;
       $("batch-error").textContent = "";
       showBatch(batch);
+      await latestAnswers(path, batch);
       const present = await showFiles(batch);
       $("download-output").disabled = !present.has(batch.output_file_id);
       $("download-errors").disabled = !present.has(batch.error_file_id);

@@ -1,8 +1,9 @@
 """The console in a real browser: headless Debian Chromium driven by Playwright.
 
 A batch owner signs in with an API key, uploads a file and creates a batch, watches it
-reach ``completed``, downloads its output, then cancels a second batch while the echo
-worker (paced) is still running it and reads its error summary. Another key sees none of
+reach ``completed``, downloads its output, then watches a second batch's latest answers
+while the echo worker (paced) is still running it, cancels it and reads its error
+summary. Another key sees none of
 it, and the key never appears in a URL. A batch with engine failures is retried from its
 page ("Retry failed lines"), and the new batch completes. With ``--no-auth`` there is no
 sign-in and the console's calls pass the open server's Host and Origin checks.
@@ -182,8 +183,18 @@ def test_owner_signs_in_creates_watches_downloads_and_cancels(
         expect(page.locator("#batch-status")).to_have_text("in_progress", timeout=WAIT_MS)
         # live progress: the bar moves while the worker runs the batch
         page.wait_for_function("() => document.getElementById('bar').value > 0", timeout=WAIT_MS)
+        # partial answers of the running batch: its latest lines, newest first, refreshed
+        answers = page.locator("#latest-answers tbody tr")
+        expect(answers.first).to_have_attribute("data-outcome", "completed", timeout=WAIT_MS)
+        expect(answers.first).to_contain_text("large-")
+        expect(answers.first).to_contain_text("hello")  # the echo engine's answer text
+        expect(page.locator("#answers-note")).to_contain_text("refreshed while the batch runs")
+        page.screenshot(path=tmp_path / "console-partial.png", full_page=True)
         page.get_by_role("button", name="Cancel batch").click()
         expect(page.locator("#batch-status")).to_have_text("cancelled", timeout=WAIT_MS)
+        # the cancel's 4005 lines are the latest answers now, among the ones that ran
+        stopped = page.locator('#latest-answers tbody tr[data-outcome="error"]')
+        expect(stopped.first).to_contain_text("error 4005", timeout=WAIT_MS)
         summary = page.locator("#error-summary")
         expect(summary).to_be_visible(timeout=WAIT_MS)
         expect(summary.locator("tbody th").first).to_have_text("4005")

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from batchpipe.api import partial
 from batchpipe.api.answerlog import AnswerLog, answers_dir, is_error_line
 from batchpipe.api.errors import ApiError
-from batchpipe.api.partial import MAX_LIMIT, MAX_PAGE_BYTES, _range, cursor, page_of
+from batchpipe.api.partial import MAX_LIMIT, MAX_PAGE_BYTES, _range, cursor, page_of, tail_of
 from batchpipe.api.store import CHUNK_BYTES
 from batchpipe.collect import result_line
 from tests.unit.batchpipe.api.fakes import client, services, stored_batch, stored_file, unit_config
@@ -104,6 +105,17 @@ def test_a_page_stops_at_its_byte_bound_but_holds_one_line() -> None:
     assert (found.end, found.lines, found.has_more) == (len(LINES[0]), 1, True)
 
 
+@pytest.mark.parametrize("chunk", [7, 1 << 20])  # lines across chunks, and within one
+def test_the_last_lines_are_found_from_the_end(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    monkeypatch.setattr(partial, "CHUNK_BYTES", chunk)
+    written = LOG + LINES[0][:10]  # a line still being written is left out
+    for last, want in ((2, LINES[3:]), (5, LINES), (9, LINES)):
+        found = tail_of(io.BytesIO(written), len(written), last)
+        assert LOG[found.start : found.end] == b"".join(want), last
+        assert (found.end, found.lines) == (len(LOG), len(want))
+    assert tail_of(io.BytesIO(LINES[0][:10]), 10, 3).end == 0
+
+
 @pytest.mark.parametrize("bad", ["-1", "abc", "1e3", "٣", "9" * 21])
 def test_a_cursor_that_is_not_a_number_is_a_400_naming_after(bad: str) -> None:
     with pytest.raises(ApiError) as raised:
@@ -147,10 +159,15 @@ def test_the_route_pages_the_log_and_refuses_bad_parameters(tmp_path: Path) -> N
             ({"after": "x"}, "after"),
             ({"after": 5}, "after"),
             ({"after": len(LOG) + 1}, "after"),
+            ({"last": 0}, "last"),
+            ({"last": 3, "after": 0}, "last"),
         ):
             refused = http.get(url, params=params, headers=ALICE)
             assert refused.status_code == 400, (params, refused.text)
             assert refused.json()["error"]["param"] == param, params
+        latest = http.get(url, params={"last": 2}, headers=ALICE)
+        assert latest.content == b"".join(LINES[3:])
+        assert latest.headers["x-batchpipe-cursor"] == str(len(LOG))
         other = http.get(url, headers={"Authorization": "Bearer sk-bob"})
         assert other.status_code == 404
         missing = http.get("/v1/batches/batch_nope/partial", headers=ALICE)
