@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException
 
 from batchpipe.api import batches, files, models, partial, retry
 from batchpipe.api.auth import LOCAL_OWNER, Keys
+from batchpipe.api.capmetrics import cap_exposition
 from batchpipe.api.console import console_router
 from batchpipe.api.context import Services, file_limits
 from batchpipe.api.errors import ApiError, unavailable
@@ -212,8 +213,10 @@ def create_app(
     @app.get("/metrics")
     def metrics(request: Request) -> Response:
         svc: Services = request.app.state.services
-        per_key = key_exposition(_owners(svc.keys), svc.state.batches(), svc.lifecycle.progress)
-        body = svc.metrics.exposition() + per_key
+        owners, batches = _owners(svc.keys), svc.state.batches()
+        per_key = key_exposition(owners, batches, svc.lifecycle.progress)
+        caps = cap_exposition(owners, batches, svc.lifecycle.progress)
+        body = svc.metrics.exposition() + per_key + caps
         return Response(body, media_type="text/plain; version=0.0.4")
 
     return app

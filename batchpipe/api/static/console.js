@@ -415,6 +415,31 @@ async function latestAnswers(path, batch) {
     : "No request is answered yet.";
 }
 
+// batchpipe.spend (docs/api.md "Cost caps"): what the batch spent against its caps
+function spend(batch) {
+  const s = batch.batchpipe ? batch.batchpipe.spend : null;
+  if (!s) return "—";
+  const share = (used, cap) => `${Math.floor((100 * used) / cap)} %`;
+  const parts = [
+    s.max_tokens != null
+      ? `${s.tokens} of ${s.max_tokens} tokens (${share(s.tokens, s.max_tokens)})`
+      : `${s.tokens} tokens, no token cap`,
+  ];
+  if (s.cost_usd != null) {
+    parts.push(
+      s.max_cost_usd != null
+        ? `${s.cost_usd} of ${s.max_cost_usd} USD (${share(s.cost_usd, s.max_cost_usd)})`
+        : `${s.cost_usd} USD, no cost cap`,
+    );
+  }
+  const shown = el("span", { id: "spend", text: parts.join("; ") });
+  if (s.cap_reached_at != null) {
+    const rest = ": the lines not run are in the error file (4008)";
+    shown.append("; cap reached ", when(s.cap_reached_at), rest);
+  }
+  return shown;
+}
+
 function field(name, value) {
   return [el("dt", { text: name }), el("dd", {}, value)];
 }
@@ -432,6 +457,7 @@ function showBatch(batch) {
     ...field("Requests", `${c.completed} completed, ${c.failed} failed, ${c.total} in all`),
     ...field("Tokens", t ? `${t.input} in, ${t.output} out, ${t.total} in all` : "—"),
     ...field("Cost", PRICE > 0 ? `${cost(batch)} (at ${PRICE} per 1k tokens)` : "no price set"),
+    ...field("Spend against cap", spend(batch)),
     ...field("Created", when(batch.created_at)),
     ...field("Finished", when(finishedAt(batch))),
     ...field("Window ends", when(batch.expires_at)),

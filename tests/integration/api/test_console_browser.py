@@ -285,3 +285,38 @@ def test_retry_button_makes_a_batch_of_the_engine_failures(
         expect(page.locator("#batch-fields")).to_contain_text(f'"batchpipe_retry_of":"{first}"')
         expect(page.get_by_role("button", name="Retry failed lines")).to_be_disabled()
         assert alice.problems == []
+
+
+def test_a_batch_page_shows_its_spend_against_its_cap(
+    api_config: Config, serve: Serve, browser: Browser, tmp_path: Path
+) -> None:
+    """Issue 50: a batch capped at 60 tokens (about two of its 40 lines) shows what it spent
+    against the cap, then that the cap stopped it, the lines not run answered 4008."""
+    config = slow(api_config)
+    with serve(config) as server, running_worker(config):
+        client = sdk(server)
+        file = client.files.create(
+            file=batch_file(tmp_path / "capped.jsonl", 40, "capped").open("rb"), purpose="batch"
+        )
+        capped = client.batches.create(
+            input_file_id=file.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            metadata={"batchpipe_max_tokens": "60"},
+        ).id
+        alice = Watched(browser)
+        page = alice.page
+        page.goto(f"{server.url}/batches/{capped}")
+        page.get_by_label("API key").fill("sk-alice")
+        page.get_by_role("button", name="Sign in").click()
+        spend = page.locator("#spend")
+        expect(spend).to_contain_text(" of 60 tokens (", timeout=WAIT_MS)
+        expect(page.locator("#batch-status")).to_have_text("cancelled", timeout=WAIT_MS)
+        expect(spend).to_contain_text("cap reached", timeout=WAIT_MS)
+        expect(spend).to_contain_text("(4008)")
+        expect(page.locator("#batch-errors")).to_contain_text("batch_cap_reached")
+        summary = page.locator("#error-summary")
+        expect(summary).to_be_visible(timeout=WAIT_MS)
+        expect(summary.locator("tbody th").first).to_have_text("4008")
+        page.screenshot(path=tmp_path / "console-capped.png", full_page=True)
+        assert alice.problems == []

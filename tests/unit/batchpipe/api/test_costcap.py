@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 from msgspec import structs
+from prometheus_client.parser import text_string_to_metric_families
 
 from batchpipe.api.costcap import Cap, CapError, batch_cap
+from batchpipe.api.records import Usage
 from batchpipe.collect import BatchTally
 from tests.unit.batchpipe.api.fakes import (
     ALICE,
@@ -27,7 +29,7 @@ from worker.config import ConfigError, load_config
 from worker.errors import ErrorCode
 from worker.kafka.cancellations import Stop
 from worker.loop.jobs import Identity, failed
-from worker.wire.messages import Usage
+from worker.wire.messages import Usage as WireUsage
 
 _PRICES = {"echo": {"prompt_per_1m": 2.0, "completion_per_1m": 6.0}}
 
@@ -40,7 +42,7 @@ def _answer(batch_id: str, custom_id: str, prompt: int, completion: int) -> Any:
         batch_id=batch_id,
         batch_total=100,
         status="completed",
-        usage=Usage(prompt_tokens=prompt, completion_tokens=completion),
+        usage=WireUsage(prompt_tokens=prompt, completion_tokens=completion),
     )
 
 
@@ -192,3 +194,28 @@ def test_a_batch_at_its_cap_is_stopped_as_capped_and_ends_cancelled(tmp_path: Pa
     # the spend, live, in the batch object
     shown = svc.lifecycle.progress(stopped)[1]
     assert stopped.to_openai(usage=shown)["batchpipe"]["spend"]["tokens"] == 1_200
+
+
+def test_spend_against_caps_per_key_on_metrics(tmp_path: Path) -> None:
+    svc = services(unit_config(tmp_path))
+    priced = Cap(max_tokens=1_000, max_cost_usd=1.0, prompt_per_1m=2.0, completion_per_1m=6.0)
+    with client(svc) as http:
+        file = stored_file(svc, lines=10)
+        stored_batch(svc, file, status="in_progress", cap=priced, usage=Usage(300, 100))
+        stored_batch(svc, file, status="in_progress", cap=Cap(max_tokens=500))
+        stored_batch(svc, file, status="cancelled", cap=replace(priced, reached_at=1))
+        stored_batch(svc, file, status="in_progress")  # no cap: not counted
+        text = http.get("/metrics").text
+    samples = {
+        (s.name, s.labels.get("key")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if "cap" in s.name and s.labels.get("key") == "alice"
+    }
+    assert samples == {
+        ("batchpipe_api_capped_batches", "alice"): 2,
+        ("batchpipe_api_capped_spent_tokens", "alice"): 400,
+        ("batchpipe_api_capped_max_tokens", "alice"): 1_500,
+        ("batchpipe_api_capped_spent_usd", "alice"): 0.0012,
+        ("batchpipe_api_cap_reached_total", "alice"): 1,
+    }
