@@ -19,6 +19,7 @@ from batchpipe.cli.options import (
     since_option,
 )
 from batchpipe.cli.outcome import EXIT_OK
+from batchpipe.cli.spend import serve_records, spend_of, spend_text
 from batchpipe.client import DEFAULT_COMPLETION_WINDOW_S, BatchStatus, Client
 from batchpipe.progress import make_progress
 from worker.config import ConfigError
@@ -212,16 +213,23 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    status = connected_client(args).status(
+    client = connected_client(args)
+    status = client.status(
         args.batch_id,
         since=args.since,
         completion_window_s=args.completion_window,
         price_per_1k=args.price_per_1k,
     )
+    records = serve_records(client.config.kafka, [status.batch_id])
+    spend = spend_of(status, records.get(status.batch_id))
     if args.json:
-        print(json.dumps(status.to_dict()))
+        doc = status.to_dict()
+        if spend is not None:
+            doc["batchpipe"] = {"spend": spend}
+        print(json.dumps(doc))
     else:
-        print(format_status(status, args.price_per_1k))
+        text = format_status(status, args.price_per_1k)
+        print(text if spend is None else f"{text}\n  spend     {spend_text(spend)}")
     return EXIT_OK
 
 
@@ -231,8 +239,13 @@ def _list(args: argparse.Namespace) -> int:
     client = connected_client(args)
     found = list_batches(client, time.time() - args.last, DEFAULT_COMPLETION_WINDOW_S)
     shown = found[: args.limit]
+    records = serve_records(client.config.kafka, [b.batch_id for b in shown]) if shown else {}
+    spends = [spend_of(b, records.get(b.batch_id)) for b in shown]
     if args.json:
-        data = [b.to_dict() for b in shown]
+        data = [
+            b.to_dict() if spend is None else {**b.to_dict(), "batchpipe": {"spend": spend}}
+            for b, spend in zip(shown, spends, strict=True)
+        ]
         doc = {
             "object": "list",
             "data": data,
@@ -242,7 +255,13 @@ def _list(args: argparse.Namespace) -> int:
         }
         print(json.dumps(doc))
     elif shown:
-        print(format_listing(shown))
+        lines = format_listing(shown).splitlines()
+        print(
+            "\n".join(
+                line if spend is None else f"{line}  spend {spend_text(spend)}"
+                for line, spend in zip(lines, spends, strict=True)
+            )
+        )
     else:
         print(f"no batch in the last {args.last:g} s (--last widens it)", file=sys.stderr)
     return EXIT_OK

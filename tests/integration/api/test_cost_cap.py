@@ -7,16 +7,19 @@ not run with 4008), it ends ``cancelled`` naming the cap, and its webhook arrive
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from tests import ROOT
 from tests.integration.api.conftest import Serve, sdk
 from tests.integration.api.test_sdk_echo import batch_file, lines_of, wait_for
 from tests.integration.api.test_webhooks import SECRET, SECRET_ENV, Receiver, unwrap
-from tests.integration.harness import running_worker
+from tests.integration.harness import running_worker, write_config
 from worker.config import Config
 
 pytestmark = pytest.mark.integration
@@ -121,3 +124,16 @@ def test_a_batch_capped_at_a_fifth_of_its_tokens_stops_within_the_bound(
     assert len(errors) > LINES / 2  # the cap stopped most of the batch
     delivered = receiver.wait(lambda seen: len(seen) >= 1, "the batch.cancelled webhook")
     assert [unwrap(d) for d in delivered] == [("batch.cancelled", batch.id)]
+    # the CLI, which reads Kafka itself: the same spend against the same cap
+    config_path = write_config(config, tmp_path / "config.yaml")
+    status = _cli("status", batch.id, "--json", "-c", str(config_path))
+    assert json.loads(status)["batchpipe"]["spend"] == shown
+    listed = _cli("list", "-c", str(config_path))
+    assert f"spend {spent:,} of {cap:,} tokens, cap reached" in listed, listed
+
+
+def _cli(*args: str) -> str:
+    command = [sys.executable, "-m", "batchpipe.cli", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
