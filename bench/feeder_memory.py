@@ -12,7 +12,7 @@ the headers a publisher writes, 1,000 publishers interleaved in chunks of 20 rec
 read through the consumer surface the feeder uses (``assign`` is a seek, ``consume``
 reads on). Everything else is the real feeder: :class:`~worker.feeder.plan.Planner` with
 the real :class:`~worker.feeder.index.PendingIndex`,
-:class:`~worker.feeder.readahead.ReadAhead`, :class:`~batcher.fairshare.FairShare` and
+:class:`~worker.feeder.readahead.ReadAhead`, :class:`~batcher.tiers.Tiers` and
 drain, and :func:`~worker.feeder.forward.forward` into a producer that drops what it is
 given (the broker's own cost is measured by ``bench.mover``).
 
@@ -36,7 +36,7 @@ from typing import Any
 
 from confluent_kafka import Message, TopicPartition
 
-from batcher.fairshare import FairShare
+from batcher.tiers import Tiers
 from bench.common import write_result
 from worker.feeder import readahead
 from worker.feeder.forward import forward
@@ -133,7 +133,7 @@ def rss() -> int:
 
 def measure(batches: int, per_batch: int, move: int) -> dict[str, Any]:
     source, scan = Source(batches, per_batch), Source(batches, per_batch)
-    index, fair = PendingIndex(), FairShare(64)
+    index, fair = PendingIndex(), Tiers(64)
     ahead = ReadAhead(source, "pending", index)
     drain = Drain(Cancellations(Control()), fair, index)
     planner = Planner(index, fair, ahead, drain, Charging())
@@ -200,7 +200,7 @@ def main() -> None:
     result["source"] = (
         "in-memory pending partition made as it is read (40 GB cannot go through the "
         "embedded broker on a 24 GiB machine); the real Planner, PendingIndex, ReadAhead, "
-        "FairShare, Drain and forward(); a producer that drops records"
+        "Tiers, Drain and forward(); a producer that drops records"
     )
     result["goals"] = {"peak_rss_above_start_mib": 256, "move_requests_per_s": 20_000}
     path = write_result("feeder_memory", result)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import zstandard
 
 from batcher.fairshare import MAX_TOKENS, clamp_weight
+from batcher.tiers import DEFAULT, tier_of
 from worker.config import Config
 from worker.feeder.estimate import CHARS_PER_TOKEN
 from worker.kafka.consumer import Record
@@ -54,6 +55,9 @@ DEADLINE_HEADER = "batchpipe-deadline"
 #: on each record the feeder shares: its key's virtual tag (newcomers first, §10); the
 #: worker starts the requests it holds lowest tag first
 TAG_HEADER = "batchpipe-tag"
+#: on each record of a batch that asked for a service tier other than ``default``:
+#: ``priority`` or ``flex`` (batcher/tiers.py); any other value is read as ``default``
+TIER_HEADER = "batchpipe-tier"
 #: a number header longer than this is not a number (a float's repr is ≤ 24 characters)
 MAX_NUMBER_CHARS = 32
 #: the longest batch id or key the feeder keeps, in characters
@@ -119,6 +123,7 @@ class Scheduled:
     #: on an end marker, the number of records it says its batch has (None: not said)
     count: int | None = None
     alive: bool = False  # a publisher's heartbeat, not a request
+    tier: str = DEFAULT  # priority, default or flex (batcher/tiers.py)
 
 
 def scheduled_as(
@@ -137,6 +142,7 @@ def scheduled_as(
     raw_tokens: str | bytes | None = None
     raw_deadline: str | bytes | None = None
     raw_end: str | bytes | None = None
+    raw_tier: str | bytes | None = None
     sealed = end = alive = False
     pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
     for name, value_ in pairs:  # the last of each wins; the others are not decoded
@@ -156,6 +162,8 @@ def scheduled_as(
             raw_tokens = value_
         elif name == DEADLINE_HEADER:
             raw_deadline = value_
+        elif name == TIER_HEADER:
+            raw_tier = value_
     batch_id, key = _text(raw_batch), _text(raw_key)
     if len(batch_id) > MAX_ID_CHARS or len(key) > MAX_ID_CHARS:
         batch_id, key = "", ""
@@ -172,7 +180,8 @@ def scheduled_as(
     said = _text(raw_end) if end and raw_end is not None else ""
     if 0 < len(said) <= MAX_NUMBER_CHARS and said.isascii() and said.isdigit():
         count = int(said)
-    return Scheduled(batch_id, weight, key, tokens, sealed, end, deadline, count, alive)
+    tier = _tier(raw_tier)
+    return Scheduled(batch_id, weight, key, tokens, sealed, end, deadline, count, alive, tier)
 
 
 def batch_of(headers: Headers | None) -> str:
@@ -186,6 +195,23 @@ def batch_of(headers: Headers | None) -> str:
         elif name == KEY_HEADER:
             key = _text(value)
     return "" if len(batch_id) > MAX_ID_CHARS or len(key) > MAX_ID_CHARS else batch_id
+
+
+def tier_in(headers: Headers | None) -> str:
+    """The service tier a record's headers ask for, as :func:`scheduled_as` reads it
+    (readers such as ``status`` and ``list`` ask this of a request)."""
+    raw: str | bytes | None = None
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    for name, value in pairs:
+        if name == TIER_HEADER:
+            raw = value
+    return _tier(raw)
+
+
+def _tier(raw: str | bytes | None) -> str:
+    # an unknown tier (a typo, a newer publisher) is the default one: never a better
+    # place, and never a reason to stop a batch that asked for something
+    return DEFAULT if raw is None or len(raw) > 16 else tier_of(_text(raw))
 
 
 def tag_of(headers: Headers | None) -> float | None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from batcher.tiers import TIERS
 
 
 class FeederMetrics:
@@ -57,6 +61,22 @@ class FeederMetrics:
             registry=registry,
         )
 
+        self._tier_waiting = Gauge(
+            "batchpipe_feeder_tier_waiting",
+            "Requests waiting in the pending topic to be fed, by their batch's service tier.",
+            ["tier"],
+            registry=registry,
+        )
+        self._tier_fed = Counter(
+            "batchpipe_feeder_tier_fed",
+            "Requests fed by fair share, by their batch's service tier.",
+            ["tier"],
+            registry=registry,
+        )
+        for tier in TIERS:  # every tier shows, at 0 before its first batch
+            self._tier_waiting.labels(tier)
+            self._tier_fed.labels(tier)
+
     def owner(self, owns: bool) -> None:
         self._owner.set(1 if owns else 0)
 
@@ -69,6 +89,12 @@ class FeederMetrics:
 
     def fed(self, count: int) -> None:
         self._fed.inc(count)
+
+    def tiers(self, waiting: Mapping[str, int], fed: Mapping[str, int]) -> None:
+        for tier in TIERS:
+            self._tier_waiting.labels(tier).set(waiting.get(tier, 0))
+            if fed.get(tier):
+                self._tier_fed.labels(tier).inc(fed[tier])
 
     def quarantined(self, batches: int, abandoned: int) -> None:
         self._quarantined.inc(batches)

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from batcher.fairshare import FairShare
+from batcher.tiers import DEFAULT_PRIORITY_SHARE, Tiers
 from worker.config import Config, producer_max_bytes
 from worker.feeder import state
 from worker.feeder.credits import Credits
@@ -74,7 +74,11 @@ class Mover:
         (start,) = resume_points(scan, [(self._pending, 0)], TIMEOUT_S)
         scan.assign([start])
         self.index = PendingIndex(state.read_state(k, self._state), start.offset)
-        self.fair = FairShare(config.scheduling.quantum)
+        shares = config.scheduling.priority_shares
+        self.fair = Tiers(
+            config.scheduling.quantum,
+            lambda key: shares.get(key, shares.get("*", DEFAULT_PRIORITY_SHARE)),
+        )
         self._reader = clients.consumer(k, f"{k.group_id}.feeder-reader")
         self.ahead = ReadAhead(self._reader, self._pending, self.index)
         self.drain = Drain(Cancellations(TopicReader(k)), self.fair, self.index)
@@ -105,6 +109,7 @@ class Mover:
         what the read-ahead has room for."""
         self.planner.note(records)
         self._metrics.active(len(self.fair))
+        self._metrics.tiers(self.fair.waiting_by_tier, {})
 
     def feed(self) -> int:
         """Move what fair share chooses and the workers' credits allow; returns how many
@@ -127,6 +132,7 @@ class Mover:
         self._commit(step, room)
         moved = step.moved
         self._metrics.fed(moved)
+        self._metrics.tiers(self.fair.waiting_by_tier, step.by_tier)
         self._metrics.active(len(self.fair))
         self._metrics.quarantined(len(step.stops), sum(step.abandoned.values()))
         return moved
@@ -139,7 +145,7 @@ class Mover:
             p.produce(self._control, key=stop.batch_id.encode(), value=stop.encode())
         # each to a worker with credit; a newcomer's first slice beyond it
         overdrawn = max(0, step.shared - room)
-        placed = self.credits.place(step.shared, over=overdrawn)
+        placed = self.credits.place(step.shared, over=overdrawn, front=step.front)
         for _, records in step.slices[: step.drains]:  # answered at admission by any reader
             for m in records:
                 forward(p, self._requests, self._dead_letters, m, self._drained)

@@ -15,6 +15,7 @@ import math
 import time
 
 from batcher.fairshare import MAX_WEIGHT, MIN_WEIGHT
+from batcher.tiers import DEFAULT, TIERS
 from worker.config import KafkaConfig, LimitsConfig, producer_max_bytes
 from worker.feeder.headers import (
     ALIVE_HEADER,
@@ -23,6 +24,7 @@ from worker.feeder.headers import (
     END_HEADER,
     KEY_HEADER,
     SEALED_HEADER,
+    TIER_HEADER,
     TOKENS_HEADER,
     WEIGHT_HEADER,
 )
@@ -80,10 +82,12 @@ def pending_headers(
     *,
     sealed: bool = False,
     deadline: float | None = None,
+    tier: str = DEFAULT,
 ) -> list[tuple[str, bytes]]:
     """The headers every record of a batch carries (:func:`tokens_header` is per record);
     ``sealed``: the batch ends with :func:`end_marker` and is held until it is read;
-    ``deadline`` (wall-clock seconds) defaults to now + :data:`COMPLETION_WINDOW_S`."""
+    ``deadline`` (wall-clock seconds) defaults to now + :data:`COMPLETION_WINDOW_S`;
+    ``tier`` other than ``default`` is written (:func:`check_tier` first)."""
     if deadline is None:
         deadline = time.time() + COMPLETION_WINDOW_S
     headers = [
@@ -92,7 +96,16 @@ def pending_headers(
         (KEY_HEADER, key.encode()),
         (DEADLINE_HEADER, repr(float(deadline)).encode()),
     ]
+    if tier != DEFAULT:
+        headers.append((TIER_HEADER, check_tier(tier).encode()))
     return [*headers, (SEALED_HEADER, b"1")] if sealed else headers
+
+
+def check_tier(tier: str) -> str:
+    """``tier`` if it names a service tier, else ``ValueError`` naming the three."""
+    if tier not in TIERS:
+        raise ValueError(f"tier must be one of {', '.join(TIERS)}, got {tier[:40]!r}")
+    return tier
 
 
 def end_marker(batch_id: str, weight: float, key: str, count: int) -> list[tuple[str, bytes]]:

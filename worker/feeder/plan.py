@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import count
@@ -41,7 +42,7 @@ from typing import TypeVar
 
 from confluent_kafka import KafkaException, Message
 
-from batcher.fairshare import FairShare
+from batcher.tiers import DEFAULT, Tiers
 from worker.feeder.deadlines import Deadlines
 from worker.feeder.headers import Charging, Scheduled, headers_of, scheduled_as
 from worker.feeder.index import PendingIndex
@@ -65,6 +66,7 @@ class _Held:
 
     key: str
     weight: float
+    tier: str = DEFAULT
     count: int = 0
     tokens: float = 0.0
     seen: float = 0.0
@@ -85,6 +87,10 @@ class Step:
     stops: list[Stop] = field(default_factory=list)
     #: batches whose unreadable records were marked fed (their cursors move too)
     abandoned: dict[str, int] = field(default_factory=dict)
+    #: shared records per service tier of their batch (batcher/tiers.py)
+    by_tier: Counter[str] = field(default_factory=Counter)
+    #: how many shared records a priority batch was fed ahead (tag 0: written first)
+    front: int = 0
 
     @property
     def fed(self) -> list[str]:
@@ -142,7 +148,7 @@ class Planner:
     def __init__(
         self,
         index: PendingIndex,
-        fair: FairShare,
+        fair: Tiers,
         ahead: ReadAhead,
         drain: Drain,
         charging: Charging,
@@ -198,11 +204,11 @@ class Planner:
         if to.deadline is not None:
             self.deadlines.note(batch_id, to.deadline)
         if not to.sealed or batch_id in self._ended:
-            self.fair.add(batch_id, 1, weight, to.key, to.tokens)
+            self.fair.add(batch_id, 1, weight, to.key, to.tokens, to.tier)
             return
         held = self._held.get(batch_id)
         if held is None:
-            held = self._held[batch_id] = _Held(to.key, weight)
+            held = self._held[batch_id] = _Held(to.key, weight, to.tier)
         held.count, held.tokens, held.seen = held.count + 1, held.tokens + to.tokens, self._clock()
 
     def _end(self, batch_id: str, count: int | None) -> None:
@@ -225,7 +231,8 @@ class Planner:
                 FeederError(f"its end marker counts {count} records, {held.count} were read"),
             )
             return
-        self.fair.add(batch_id, held.count, held.weight, held.key, held.tokens / held.count)
+        tokens = held.tokens / held.count
+        self.fair.add(batch_id, held.count, held.weight, held.key, tokens, held.tier)
 
     def _expire(self) -> None:
         """A sealed batch with no record or heartbeat for :data:`HOLD_S` and no end marker:
@@ -243,7 +250,9 @@ class Planner:
         credits), then batches at risk of missing their deadline at the fleet's ``rate``
         (requests a second, :mod:`worker.feeder.deadlines`), earliest deadline first, in
         at most ``EDF_SHARE`` of the room over the steps (a fraction left is carried to
-        the next), then what fair share chooses within the rest; a batch never fed yet
+        the next), then what the tiers choose within the rest (priority batches within
+        their keys' allowance, fair share, flex only when nothing else waits:
+        :class:`batcher.tiers.Tiers`); a batch never fed yet
         may have its first slice beyond ``room``, all of them together by up to ``fresh``
         records (newcomers first, §10: :meth:`Credits.overdraft`), and all of them
         together one engine batch (:meth:`FairShare.first_slice`)."""
@@ -258,6 +267,7 @@ class Planner:
         cap = self.ahead.slice_cap(len(self.fair))  # a round's slices fit the read-ahead
         risky = self.deadlines.at_risk(rate, self.fair.waiting, self.index.batches)
         self.deadlines.accrue(room, bool(risky))
+        self.fair.accrue(room)  # the priority tier's allowance (batcher/tiers.py)
         for batch_id in risky:
             if (edf := min(self.deadlines.allowance(), cap)) < 1:
                 break
@@ -282,7 +292,7 @@ class Planner:
         the slice's tag; returns how many (fewer when reading them back failed)."""
         if count < 1:
             return 0
-        tag = (self.fair.tag, self.fair.tag_step)
+        tag, tier, ahead = (self.fair.tag, self.fair.tag_step), self.fair.tier, self.fair.ahead
         try:
             records = self.ahead.take(batch_id, count)
         except KafkaException:
@@ -294,6 +304,8 @@ class Planner:
             step.slices.append((batch_id, records))
             step.tags.append(tag)
             step.shared += len(records)
+            step.by_tier[tier] += len(records)
+            step.front += len(records) if ahead else 0
         return len(records)
 
     def quarantine(self, batch_id: str, cause: str) -> None:

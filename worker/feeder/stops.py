@@ -1,7 +1,7 @@
 """Cancelled and expired batches leave fair share at once (docs/architecture.md §10).
 
 The feeder reads the control topic as every worker does (:mod:`worker.kafka.cancellations`). A
-stopped batch is removed from :class:`~batcher.fairshare.FairShare`, so it takes no more
+stopped batch is removed from :class:`~batcher.tiers.Tiers`, so it takes no more
 turns from the batches still running, and what is left of it is *drained*: moved in bulk,
 outside any share and outside the depth limit, for the workers to answer 4005/4006 at
 admission without running it (microseconds each). Every line still gets exactly one
@@ -16,14 +16,14 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaException, Message
 
-from batcher.fairshare import FairShare
+from batcher.tiers import Tiers
 from worker.feeder.index import PendingIndex
 from worker.feeder.readahead import PartialRead, ReadAhead
 from worker.kafka.cancellations import Cancellations, Stop
 
 
 class Drain:
-    def __init__(self, stops: Cancellations, fair: FairShare, index: PendingIndex) -> None:
+    def __init__(self, stops: Cancellations, fair: Tiers, index: PendingIndex) -> None:
         self._stops = stops
         self._fair = fair
         self._index = index

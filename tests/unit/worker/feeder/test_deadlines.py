@@ -48,7 +48,7 @@ def test_at_risk_is_more_unfed_work_than_half_the_time_left() -> None:
 
 
 def planner(records: list[Message], wall: Wall) -> Planner:
-    feeder = Feeder(records)  # its index, read-ahead, drain and FairShare(4)
+    feeder = Feeder(records)  # its index, read-ahead, drain and Tiers(4)
     p = Planner(feeder.index, feeder.fair, feeder.ahead, feeder.drain, Charging(), wall=wall)
     p.note(records)
     return p

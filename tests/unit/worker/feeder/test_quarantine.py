@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batcher.fairshare import FairShare
+from batcher.tiers import Tiers
 from tests.unit.worker.fakes import FakeClients, FakeControl, FakeMessage, GatedEngine
 from tests.unit.worker.rig import P0, loop_config, rig
 from worker.errors import ErrorCode
@@ -85,7 +86,7 @@ class Feeder:
     ) -> None:
         self.log = Log(records, lost)
         self.index = PendingIndex()
-        self.fair = FairShare(4)
+        self.fair = Tiers(4)
         self.control = FakeControl()
         self.drain = Drain(Cancellations(self.control), self.fair, self.index)
         self.ahead = ReadAhead(self.log, "pending", self.index)
