@@ -5,7 +5,8 @@ running again.
 A line is worth retrying when its error is the engine's (5xxx: the engine failed on it,
 or hung) — running it again may succeed. Every other error line is listed with why not:
 bad input (4001-4003) fails the same way again, and a line that missed its deadline, or
-whose batch was cancelled or expired (4004-4006), was stopped on purpose. The new batch
+whose batch was cancelled, expired or reached its cap (4004-4006, 4008), was stopped on
+purpose. The new batch
 reads a new input file of exactly the retried lines, as they were in the first batch's
 input, and carries ``metadata.batchpipe_retry_of`` = the first batch's id (with the
 first batch's other metadata, up to the 16 pairs a batch holds) and its
@@ -50,6 +51,7 @@ _WHY: dict[int, str] = {
     ErrorCode.DEADLINE_EXCEEDED: "its deadline passed before it ran",
     ErrorCode.BATCH_CANCELLED: "its batch was cancelled",
     ErrorCode.BATCH_EXPIRED: "its batch expired before it ran",
+    ErrorCode.BATCH_CAP_REACHED: "its batch reached its token or cost cap before it ran",
 }
 
 

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from batchpipe.api.costcap import Cap, CapError, batch_cap
 from batchpipe.api.records import Usage
+from batchpipe.cli.spend import spend_of, spend_text
 from batchpipe.collect import BatchTally
 from tests.unit.batchpipe.api.fakes import (
     ALICE,
@@ -25,6 +26,7 @@ from tests.unit.batchpipe.api.fakes import (
     stored_file,
     unit_config,
 )
+from tests.unit.batchpipe.api.test_records import BATCH
 from worker.config import ConfigError, load_config
 from worker.errors import ErrorCode
 from worker.kafka.cancellations import Stop
@@ -219,3 +221,22 @@ def test_spend_against_caps_per_key_on_metrics(tmp_path: Path) -> None:
         ("batchpipe_api_capped_spent_usd", "alice"): 0.0012,
         ("batchpipe_api_cap_reached_total", "alice"): 1,
     }
+
+
+def test_status_and_list_show_the_spend_against_the_cap() -> None:
+    """``batchpipe status`` and ``list`` price the tokens they counted with the batch's
+    record from serve's state topic; a batch without a record or a cap shows nothing."""
+    status = BatchTally("b", 10).status(
+        submitted_at=None, now=0.0, completion_window_s=None, price_per_1k=None
+    )
+    status = replace(status, prompt_tokens=20_000, completion_tokens=7_858)
+    cap = Cap(max_tokens=26_556, max_cost_usd=2.5, prompt_per_1m=2.0, completion_per_1m=6.0)
+    record = replace(BATCH, cap=cap)
+    spend = spend_of(status, record)
+    assert spend is not None and spend["tokens"] == 27_858
+    assert spend_text(spend) == "27,858 of 26,556 tokens, 0.0871 of 2.5 USD"
+    stopped = spend_of(status, replace(record, cap=cap.stopped(5)))
+    assert stopped is not None
+    assert spend_text(stopped).endswith("cap reached: the lines not run are answered 4008")
+    assert spend_of(status, None) is None
+    assert spend_of(status, replace(BATCH, cap=Cap(prompt_per_1m=1, completion_per_1m=1))) is None
