@@ -34,7 +34,6 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     KafkaException,
-    Message,
     Producer,
 )
 from msgspec import structs
@@ -57,9 +56,9 @@ from batchpipe.collect import (
     records,
     write_result,
 )
+from batchpipe.direct import publish_direct
 from batchpipe.paced import paced
 from batchpipe.progress import Progress
-from batchpipe.settle import settle
 from worker.config import Config, load_config, producer_max_bytes
 from worker.errors import BatchpipeError, RequestError
 from worker.feeder.estimate import request_tokens
@@ -77,6 +76,7 @@ from worker.feeder.naming import (
 )
 from worker.kafka import clients
 from worker.kafka.produce import produce
+from worker.kafka.seals import GIVE_UP_S, Seal, sealed_by_control
 from worker.routing import RoutingTable
 from worker.wire.codec import CodecLimits, decode_request, encode_request
 from worker.wire.messages import InferenceRequest, InferenceResult
@@ -95,7 +95,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_COMPLETION_WINDOW_S = 24 * 3600.0
-TRANSACTION_TIMEOUT_S = 30.0
 #: with fair share the lines are read on a thread (:func:`~batchpipe.paced.paced`), and
 #: when none came for this long the publisher looks whether a heartbeat is due
 CHUNK_S = 0.5
@@ -103,11 +102,6 @@ CHUNK_S = 0.5
 #: publish (librdkafka's ``message.timeout.ms``): well inside ``HOLD_S``, so a record the
 #: broker took late never lands after the feeder has given its batch up
 DELIVERY_TIMEOUT_S = 30.0
-#: ``scheduling.fair: false``: the batch is one transaction on the requests topic, and
-#: this is its ``transaction.timeout.ms``: on Apache Kafka a publisher killed mid-publish
-#: hides the batches after it on the partitions it wrote this long at most, and a batch
-#: must be published within it (docs/architecture.md §7; was 600 s)
-DIRECT_TIMEOUT_S = 45.0
 
 TextTarget = str | os.PathLike[str] | TextIO
 
@@ -196,6 +190,12 @@ NOT_VISIBLE = (
     "(a publisher still writing it, or one killed mid-publish until the broker ends it)"
 )
 PUBLISHING = "being published: its end marker is not written yet"
+#: without fair share: its requests are readable, held by the workers until its seal
+SEALING = "being published: its seal is not written yet"
+VOID = (
+    "publish incomplete: its publisher stopped before it sealed the batch, and the workers "
+    "answered what they read of it 4009 publish_incomplete without running it"
+)
 
 
 @dataclass
@@ -211,9 +211,19 @@ class Sighting:
     ended: bool = False  # that end marker was read
     #: the newest of its records and heartbeats on a pending topic (unix seconds)
     last_at: float | None = None
+    #: published without fair share: its requests wait for a seal (worker.kafka.seals)
+    gated: bool = False
+    #: that batch's newest seal on the control topic, None when there is none
+    seal: Seal | None = None
 
     def interrupted(self, now: float) -> bool:
-        """Its publisher stopped before the end marker: nothing of it for ``HOLD_S``."""
+        """Its publisher stopped before the end marker: nothing of it for ``HOLD_S``; or,
+        without fair share, before its seal: void, or no sign for ``GIVE_UP_S``."""
+        if self.gated:
+            seal = self.seal
+            return seal is not None and (
+                seal.state == "void" or (seal.state == "open" and now - seal.at > GIVE_UP_S)
+            )
         return (
             self.sealed
             and not self.ended
@@ -223,10 +233,14 @@ class Sighting:
 
     def detail(self, now: float) -> str | None:
         if self.interrupted(now):
+            if self.gated:
+                return VOID
             return (
                 f"publish incomplete: no end marker and nothing of it for {HOLD_S:.0f} s "
                 "(its publisher stopped); none of it is run"
             )
+        if self.gated and (self.seal is None or self.seal.state == "open"):
+            return SEALING
         if self.request is None and self.hidden:
             return NOT_VISIBLE
         if self.sealed and not self.ended:
@@ -438,44 +452,9 @@ class Client:
     def _publish_direct(
         self, stamp: _Stamp, requests: Iterable[InferenceRequest], extra: dict[str, Any]
     ) -> None:
-        """``scheduling.fair: false``: the whole batch in one transaction on the requests
-        topic, all of it or none; :data:`DIRECT_TIMEOUT_S` bounds how long a publisher
-        killed mid-publish can hide later batches on a broker that times transactions
-        out (docs/architecture.md §7)."""
-        kafka = self.config.kafka
-        producer = clients.producer(
-            kafka,
-            transactional_id=f"batchpipe-submit-{stamp.batch_id}",
-            extra={**extra, "transaction.timeout.ms": int(DIRECT_TIMEOUT_S * 1000)},
-        )
-        last: dict[tuple[str, int], int] = {}
-
-        def delivered(error: KafkaError | None, msg: Message) -> None:
-            offset = msg.offset()
-            if error is None and offset is not None:
-                at = (msg.topic() or "", msg.partition() or 0)
-                last[at] = max(last.get(at, -1), offset)
-
-        producer.init_transactions(TRANSACTION_TIMEOUT_S)
-        producer.begin_transaction()
-        try:
-            for req in requests:
-                topic, value, headers = stamp.encoded(req)
-                produce(producer, topic, req.custom_id.encode(), value, headers, delivered)
-            producer.commit_transaction(DIRECT_TIMEOUT_S)
-        except BaseException:
-            clients.forget_topics(kafka.bootstrap_servers)  # a topic may be gone: ask again
-            with contextlib.suppress(KafkaException):
-                producer.abort_transaction(TRANSACTION_TIMEOUT_S)
-            raise
-        # committed: on the embedded broker it may still wait for a transaction that
-        # overlapped it, which a later one of this producer lets the broker complete
-        if not settle(kafka, producer, last):
-            log.warning(
-                "batch %s is committed but not visible yet: a transaction of another "
-                "publisher on its partitions has not ended (docs/architecture.md §7)",
-                stamp.batch_id,
-            )
+        """``scheduling.fair: false``: straight to the requests topic without a transaction,
+        sealed on the control topic (:mod:`batchpipe.direct`, docs/architecture.md §7)."""
+        publish_direct(self.config.kafka, stamp.batch_id, requests, stamp.encoded, extra)
 
     # -- read back ------------------------------------------------------------------
 
@@ -517,6 +496,8 @@ class Client:
             )
         finally:
             consumer.close()
+        if tally.void and not tally.complete:
+            raise PublishIncompleteError(f"batch {tally.batch_id}: {VOID}")
         if not tally.complete:
             assert timeout_s is not None  # without a deadline only completion ends the loop
             status = tally.status(
@@ -646,6 +627,9 @@ class Client:
                     return  # answered all the same (an earlier attempt): collected
                 raise PublishIncompleteError(f"batch {batch_id}: {seen.detail(time.time())}")
             if seen.request is not None:
+                # being published (its end marker or seal to come): collect waits, and says so
+                if on_wait is not None and (detail := seen.detail(time.time())):
+                    on_wait(f"batch {batch_id}: {detail}; waiting")
                 return
             for _ in self._answered(BatchTally(batch_id), since):
                 return
@@ -713,6 +697,8 @@ class Client:
         for topic in self.routing.topics:
             found = self._scan(topic, batch_id, since, committed=True)
             if found.request is not None:
+                if found.gated:
+                    found.seal = self._seal_of(batch_id, since)
                 return found
         seen = Sighting()
         for topic in (pending_topic(t) for t in self.routing.topics):
@@ -764,10 +750,28 @@ class Client:
                 if req.batch_id == batch_id:
                     seen.request = req
                     if not pending:
+                        seen.gated = sealed_by_control(headers)
                         return seen
         finally:
             consumer.close()
         return seen
+
+    def _seal_of(self, batch_id: str, since: float | None) -> Seal | None:
+        """The newest seal of ``batch_id`` on the control topic (read from ``since``)."""
+        reader = self.reader(self.config.kafka.control_topic, since)
+        if reader is None:
+            return None
+        consumer, partitions = reader
+        key, seal = Seal(batch_id, "open", 0.0).key, None
+        try:
+            for msg in records(consumer, partitions, until_end=True, deadline=None):
+                value = msg.value()
+                if msg.key() == key and value is not None:
+                    with contextlib.suppress(ValueError):
+                        seal = Seal.decode(value)
+        finally:
+            consumer.close()
+        return seal
 
 
 def _open_text(stack: contextlib.ExitStack, target: TextTarget) -> TextIO:

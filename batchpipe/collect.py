@@ -33,7 +33,7 @@ from confluent_kafka import (
 )
 
 from worker.config import KafkaConfig
-from worker.errors import RequestError
+from worker.errors import ErrorCode, RequestError
 from worker.kafka import clients
 from worker.kafka.consumer import FROM_START
 from worker.wire.answers import format_result_line
@@ -201,6 +201,8 @@ class BatchTally:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.reasoning_tokens = 0
+        #: an answer said the batch's publish never ended (4009): none of it runs
+        self.void = False
         self._seen: set[str] = set()
 
     @property
@@ -222,6 +224,9 @@ class BatchTally:
             self.completed += 1
         else:
             self.failed += 1
+            self.void = self.void or (
+                result.error is not None and result.error.code == ErrorCode.PUBLISH_INCOMPLETE
+            )
         self.prompt_tokens += result.usage.prompt_tokens
         self.completion_tokens += result.usage.completion_tokens
         self.reasoning_tokens += result.usage.reasoning_tokens
@@ -238,6 +243,8 @@ class BatchTally:
         state: State = "in_progress"
         if self.complete:
             state = "completed"
+        elif self.void:
+            state = "failed"
         elif (
             submitted_at is not None
             and completion_window_s is not None
@@ -268,8 +275,9 @@ def batch_results(
     until_end: bool,
     deadline: float | None,
 ) -> Iterator[InferenceResult]:
-    """Yield each new answer of ``tally``'s batch once; stop when the batch is complete,
-    at ``deadline``, or (``until_end``) at the end of the topic.
+    """Yield each new answer of ``tally``'s batch once; stop when the batch is complete or
+    void (:attr:`BatchTally.void`: no more answers come), at ``deadline``, or
+    (``until_end``) at the end of the topic.
 
     Records that are not results (undecodable) belong to no batch and are skipped.
     """
@@ -282,7 +290,7 @@ def batch_results(
             continue
         if tally.add(result):
             yield result
-            if tally.complete:
+            if tally.complete or (tally.void and not until_end):
                 return
 
 

@@ -20,6 +20,7 @@ class ErrorCode(IntEnum):
     BATCH_EXPIRED = 4006  # its batch's completion window passed before the request ran
     BATCH_QUARANTINED = 4007  # the feeder could not schedule its batch (the message says why)
     BATCH_CAP_REACHED = 4008  # its batch reached its token or cost cap before the request ran
+    PUBLISH_INCOMPLETE = 4009  # its batch's publisher (fair: false) stopped before sealing it
     ENGINE_FAILED = 5000  # the engine failed on this request after split-and-retry
     MODEL_LOAD_FAILED = 5003  # the model failed to load, or is unknown
 

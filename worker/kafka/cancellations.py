@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -28,6 +29,7 @@ from worker.config import KafkaConfig
 from worker.errors import ErrorCode
 from worker.kafka import clients
 from worker.kafka.consumer import FROM_START
+from worker.kafka.seals import Seal, is_seal
 
 Reason = Literal["cancelled", "expired", "quarantined", "capped"]
 
@@ -168,10 +170,12 @@ def announce(kafka: KafkaConfig, stop: Stop, timeout_s: float = 30.0) -> None:
 
 
 class Cancellations:
-    """The batches stopped so far, as read from a :class:`ControlReader`."""
+    """The batches stopped so far, as read from a :class:`ControlReader`; the topic's
+    seals (:mod:`worker.kafka.seals`) go to ``seals`` where one is given, else are skipped."""
 
-    def __init__(self, reader: ControlReader) -> None:
+    def __init__(self, reader: ControlReader, seals: Callable[[Seal], None] | None = None) -> None:
         self._reader = reader
+        self._seals = seals
         self._stopped: dict[str, Stop] = {}
 
     def poll(self) -> dict[str, Stop]:
@@ -179,6 +183,9 @@ class Cancellations:
         the topic is written by the API server only, and a record it cannot mean is no stop."""
         new: dict[str, Stop] = {}
         for value in self._reader.read():
+            if is_seal(value):
+                self._seal(value)
+                continue
             try:
                 stop = Stop.decode(value)
             except ValueError:
@@ -186,6 +193,15 @@ class Cancellations:
             if stop.batch_id not in self._stopped:
                 self._stopped[stop.batch_id] = new[stop.batch_id] = stop
         return new
+
+    def _seal(self, value: bytes) -> None:
+        if self._seals is None:
+            return
+        try:
+            seal = Seal.decode(value)
+        except ValueError:
+            return  # anyone who can write the topic may write this: no seal
+        self._seals(seal)
 
     def stop_for(self, batch_id: str) -> Stop | None:
         """The stop of ``batch_id``, None while it runs (or for a request of no batch)."""

@@ -44,7 +44,9 @@ from worker.kafka.consumer import KafkaConsumer, Record
 from worker.kafka.factory import ConfluentClients, KafkaClients
 from worker.kafka.failures import GenerationLost
 from worker.kafka.publisher import FatalKafkaError, Publisher, TransactionAborted
+from worker.kafka.seals import sealed_by_control
 from worker.loop.engine_stage import EngineStage
+from worker.loop.gate import Gate
 from worker.loop.held import HeldRecords
 from worker.loop.inflight_stage import InFlightStage
 from worker.loop.intake import DeadLetter, Intake, Outcome
@@ -74,6 +76,10 @@ _DEEP_PER_SLOT = 8
 _DEEP_BYTES = 16 * 1024 * 1024
 #: how long an assignment may wait for the group's committed offsets (inside the rebalance)
 _ASSIGN_TIMEOUT_S = 30.0
+_GIVEN_UP = (
+    "publish_incomplete: its batch's publisher stopped before it sealed the batch (no "
+    "seal on the control topic), so none of it is run (docs/architecture.md §7)"
+)
 
 
 class Worker:
@@ -141,6 +147,8 @@ class Worker:
         self._outbox: Outbox | None = None
         self._engine_stage: Stage | None = None
         self._stops: Cancellations | None = None
+        #: requests published without fair share, held until their batch's seal (§7)
+        self._gate = Gate()
         self._feeder: Feeder | None = None  # scheduling.fair: this worker's feeder role
         self._demand: DemandWriter | None = None  # scheduling.fair: what it can take (§10)
         self._read_to: dict[Partition, int] = {}  # the consumer's positions, as read
@@ -196,7 +204,9 @@ class Worker:
     def _start_kafka(self) -> None:
         k = self.config.kafka
         self.clients.ensure_topics([k.requests_topic, k.results_topic, k.dead_letter_topic])
-        self._stops = Cancellations(self.clients.control())
+        self._stops = Cancellations(
+            self.clients.control(), lambda seal: self._gate.see(seal, time.monotonic())
+        )
         self._consumer = self.clients.consumer()
         self._lag = LagProbe(
             self.clients.offsets(), self.metrics, self._unanswered, self._read_to.copy
@@ -254,6 +264,7 @@ class Worker:
         self._decode_admit(self._poll(draining), now)
         self._expire(now)
         self._cancel()
+        self._unseal(now)
         self._collect(now, draining)
         self._adapt(now)
         self.engine_stage.dispatch(now, flush=draining)
@@ -408,9 +419,13 @@ class Worker:
             start = time.perf_counter()
             # headers the client cannot read (a name that is not UTF-8): none, as the
             # feeder reads them
-            outcome = self.intake.take(source, message.value(), headers_of(message), now)
+            headers = headers_of(message)
+            outcome = self.intake.take(source, message.value(), headers, now)
             decoding += time.perf_counter() - start
-            self._route(outcome, source, now)
+            if isinstance(outcome, Pending) and sealed_by_control(headers):
+                self._gated(outcome, now)
+            else:
+                self._route(outcome, source, now)
         if records:
             self.metrics.add_stage("decode", decoding)
         if skipped:
@@ -429,6 +444,27 @@ class Worker:
             self.outbox.dead_letter(outcome)
         else:
             self.outbox.result(outcome.result, source, submitted_at=outcome.submitted_at)
+
+    def _gated(self, pending: Pending[Job], now: float) -> None:
+        """A request published without fair share: on to the batcher once its batch is
+        sealed, held until then, answered 4009 once it is given up (:mod:`worker.loop.gate`)."""
+        verdict = self._gate.verdict(pending.payload.request.batch_id)
+        if verdict == "hold":
+            self._gate.hold(pending, now)
+        elif verdict == "void":
+            self.outbox.failure(pending.payload, ErrorCode.PUBLISH_INCOMPLETE, _GIVEN_UP)
+        else:
+            self._route(pending, pending.payload.source, now)
+
+    def _unseal(self, now: float) -> None:
+        """Requests whose batch was sealed or given up since the last step."""
+        released, given_up = self._gate.step(now)
+        for pending in released:
+            self._route(pending, pending.payload.source, now)
+        for pending in given_up:
+            self.outbox.failure(pending.payload, ErrorCode.PUBLISH_INCOMPLETE, _GIVEN_UP)
+        if given_up:
+            log.warning("gave up %d requests of batches whose publish did not end", len(given_up))
 
     def _expire(self, now: float) -> None:
         for item in self.batcher.pop_expired(now):
@@ -568,6 +604,7 @@ class Worker:
         self.batcher.drop_partitions(partitions)
         self.ledger.forget(partitions)
         self._held.release(partitions)
+        self._gate.drop(partitions)
         self.outbox.forget(partitions)
         for partition in partitions:  # read again from the committed offset, or not here
             self._read_to.pop(partition, None)
