@@ -38,6 +38,7 @@ from confluent_kafka import (
 )
 from msgspec import structs
 
+from batcher.tiers import DEFAULT
 from batchpipe.batchfile import (
     DEFAULT_LIMITS,
     FileLimits,
@@ -62,11 +63,12 @@ from batchpipe.progress import Progress
 from worker.config import Config, load_config, producer_max_bytes
 from worker.errors import BatchpipeError, RequestError
 from worker.feeder.estimate import request_tokens
-from worker.feeder.headers import MAX_ID_CHARS, scheduled_as
+from worker.feeder.headers import MAX_ID_CHARS, scheduled_as, tier_in
 from worker.feeder.naming import (
     ALIVE_S,
     HOLD_S,
     alive_marker,
+    check_tier,
     check_weight,
     end_marker,
     ensure_pending,
@@ -215,6 +217,8 @@ class Sighting:
     gated: bool = False
     #: that batch's newest seal on the control topic, None when there is none
     seal: Seal | None = None
+    #: the service tier its first request asks for (None: no request read)
+    tier: str | None = None
 
     def interrupted(self, now: float) -> bool:
         """Its publisher stopped before the end marker: nothing of it for ``HOLD_S``; or,
@@ -287,6 +291,7 @@ class Client:
         *,
         weight: float | None = None,
         key: str = "",
+        tier: str = DEFAULT,
     ) -> SubmitReceipt:
         """Validate and publish requests (dataclasses or OpenAI/Bailian batch-line dicts).
 
@@ -301,11 +306,15 @@ class Client:
         (the publisher's: a key's batches together get one key's share), ``weight``
         (default ``scheduling.weight``) is its share against other keys and within its
         key against its other batches; ``ValueError`` when it is not in [0.001, 1000],
-        or when ``batch_id`` or ``key`` fails :func:`check_name`.
+        or when ``batch_id`` or ``key`` fails :func:`check_name`. ``tier`` is its service
+        tier: ``"priority"`` (fed ahead of the default tier within the key's allowance,
+        ``scheduling.priority_shares``), ``"default"`` or ``"flex"`` (fed only from
+        capacity no other batch wants); ``ValueError`` for any other, or for a tier other
+        than ``"default"`` without ``scheduling.fair`` (a FIFO has no tiers).
         """
         checked = validate_requests(requests, self.limits)
         models = {r.model for r in checked}
-        return self._publish(checked, len(checked), batch_id, models, weight, key)
+        return self._publish(checked, len(checked), batch_id, models, weight, key, tier)
 
     def submit_file(
         self,
@@ -314,6 +323,7 @@ class Client:
         *,
         weight: float | None = None,
         key: str = "",
+        tier: str = DEFAULT,
     ) -> SubmitReceipt:
         """Validate and publish a JSONL batch file; see :meth:`submit`.
 
@@ -321,7 +331,7 @@ class Client:
         """
         scan = scan_file(path, self.limits)
         requests = iter_file(path, self.limits)
-        return self._publish(requests, scan.total, batch_id, scan.models, weight, key)
+        return self._publish(requests, scan.total, batch_id, scan.models, weight, key, tier)
 
     def publish_file(
         self,
@@ -332,6 +342,7 @@ class Client:
         *,
         weight: float | None = None,
         key: str = "",
+        tier: str = DEFAULT,
     ) -> SubmitReceipt:
         """Publish a file that :func:`~batchpipe.batchfile.scan_file` already accepted
         (the API server validates each file once, at upload, and the CLI before it asks
@@ -342,7 +353,7 @@ class Client:
         alone: it has no end marker, or its transaction is fenced by the same id).
         """
         requests = iter_file(path, self.limits)
-        return self._publish(requests, total, batch_id, models, weight, key)
+        return self._publish(requests, total, batch_id, models, weight, key, tier)
 
     def _publish(
         self,
@@ -352,11 +363,16 @@ class Client:
         models: Collection[str],
         weight: float | None,
         key: str,
+        tier: str = DEFAULT,
     ) -> SubmitReceipt:
         kafka, fair = self.config.kafka, self.config.scheduling.fair
         check_name(batch_id or "", "batch_id")
         check_name(key, "key")
         share = check_weight(self.config.scheduling.weight if weight is None else weight)
+        if check_tier(tier) != DEFAULT and not fair:
+            raise ValueError(
+                f"tier {tier!r}: applies with scheduling.fair only (a FIFO has no tiers)"
+            )
         # every model is routed before anything is produced: a refused batch leaves no
         # record at all (aborted records still reach readers on some brokers, §7)
         routes = {model: self.routing.topic_for(model) for model in models}
@@ -367,7 +383,7 @@ class Client:
         clients.ensure_topics(kafka, topics, max_message_bytes=max_bytes)
         if fair:
             ensure_pending(kafka, self.config.limits, sorted(set(routes.values())))
-        scheduling = pending_headers(batch_id, share, key, sealed=True) if fair else []
+        scheduling = pending_headers(batch_id, share, key, sealed=True, tier=tier) if fair else []
         extra: dict[str, Any] = {
             "message.max.bytes": max_bytes,
             # one producer a batch: with sparse connections librdkafka connects to a
@@ -576,6 +592,7 @@ class Client:
         for _ in self._answered(tally, since):
             pass
         submitted_at, detail, now = since, None, time.time()
+        seen: Sighting | None = None
         if tally.total == 0 or submitted_at is None:
             seen = self.sighting(batch_id, since)
             first = seen.request
@@ -596,6 +613,7 @@ class Client:
                     ),
                     state="failed",
                     detail=detail,
+                    tier=seen.tier,
                 )
         status = tally.status(
             submitted_at=submitted_at,
@@ -603,7 +621,9 @@ class Client:
             completion_window_s=completion_window_s,
             price_per_1k=price_per_1k,
         )
-        return status if detail is None else replace(status, detail=detail)
+        # its tier is on its requests: read up to its first one (from ``since``)
+        tier = (seen or self.sighting(batch_id, since)).tier
+        return replace(status, detail=detail, tier=tier)
 
     def _require(
         self,
@@ -704,6 +724,7 @@ class Client:
         for topic in (pending_topic(t) for t in self.routing.topics):
             found = self._scan(topic, batch_id, since, committed=True, pending=True)
             seen.request = seen.request or found.request
+            seen.tier = seen.tier or found.tier
             seen.sealed, seen.ended = seen.sealed or found.sealed, seen.ended or found.ended
             if found.last_at is not None:
                 seen.last_at = max(seen.last_at or 0.0, found.last_at)
@@ -748,7 +769,7 @@ class Client:
                 except RequestError:
                     continue
                 if req.batch_id == batch_id:
-                    seen.request = req
+                    seen.request, seen.tier = req, tier_in(headers)
                     if not pending:
                         seen.gated = sealed_by_control(headers)
                         return seen

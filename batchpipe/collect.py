@@ -160,10 +160,14 @@ class BatchStatus:
     #: why a batch with no answer yet is where it is: published but not visible yet, still
     #: being published, or (``failed``) its publisher stopped before it ended
     detail: str | None = None
+    #: the service tier its requests ask for (None: none of them was read)
+    tier: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The OpenAI batch object's fields that apply, plus token usage and cost."""
         extra: dict[str, Any] = {} if self.detail is None else {"detail": self.detail}
+        if self.tier is not None:  # as serve's batch object carries it
+            extra["batchpipe"] = {"tier": self.tier}
         if self.state == "failed" and self.detail is not None:
             extra["errors"] = {
                 "object": "list",

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 
 from batchpipe.client import Client
 from batchpipe.collect import BatchStatus, BatchTally, batch_time, record_headers, records
 from worker.errors import RequestError
+from worker.feeder.headers import tier_in
 from worker.feeder.naming import pending_topic
 from worker.wire.codec import decode_request, decode_result
 
@@ -27,6 +29,7 @@ def list_batches(client: Client, since: float, completion_window_s: float) -> li
     """Every batch with a request or an answer on the topics since ``since``, newest first."""
     tallies: dict[str, BatchTally] = {}
     submitted: dict[str, float] = {}
+    tiers: dict[str, str] = {}
     routing = client.routing
     for topic in [*routing.topics, *(pending_topic(t) for t in routing.topics)]:
         for value, headers in _values(client, topic, since):
@@ -38,6 +41,7 @@ def list_batches(client: Client, since: float, completion_window_s: float) -> li
             tally.total = max(tally.total, req.batch_total)
             if req.submitted_at is not None:
                 submitted.setdefault(req.batch_id, req.submitted_at)
+            tiers.setdefault(req.batch_id, tier_in(headers))
     for value, headers in _values(client, client.config.kafka.results_topic, since):
         try:
             result = decode_result(value, headers, client.codec_limits)
@@ -46,11 +50,14 @@ def list_batches(client: Client, since: float, completion_window_s: float) -> li
         tallies.setdefault(result.batch_id, BatchTally(result.batch_id)).add(result)
     now = time.time()
     found = [
-        tally.status(
-            submitted_at=submitted.get(batch_id) or batch_time(batch_id),
-            now=now,
-            completion_window_s=completion_window_s,
-            price_per_1k=None,
+        replace(
+            tally.status(
+                submitted_at=submitted.get(batch_id) or batch_time(batch_id),
+                now=now,
+                completion_window_s=completion_window_s,
+                price_per_1k=None,
+            ),
+            tier=tiers.get(batch_id),
         )
         for batch_id, tally in tallies.items()
         if batch_id
@@ -92,5 +99,6 @@ def format_listing(batches: list[BatchStatus]) -> str:
             f"{shown(b.batch_id)}  {b.state:<11}  "
             f"{b.completed + b.failed}/{b.total or '?'} answered "
             f"({b.completed} completed, {b.failed} failed)  submitted {when} UTC"
+            + (f"  tier {b.tier}" if b.tier is not None else "")
         )
     return "\n".join(lines)

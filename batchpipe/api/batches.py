@@ -38,6 +38,7 @@ from batchpipe.api.pages import page
 from batchpipe.api.quota import enqueued, file_tokens, over_limit, token_limit
 from batchpipe.api.records import ENDPOINTS, BatchRecord, Counts
 from batchpipe.api.retention import expired, expires_after
+from batchpipe.api.tiers import TIER_METADATA, batch_tier
 from batchpipe.api.weights import WEIGHT_METADATA, batch_weight
 from batchpipe.collect import new_batch_id
 from batchpipe.fleet import not_served
@@ -100,6 +101,10 @@ def create_from(svc: Services, body: Mapping[str, Any], who: str) -> BatchRecord
         batch_weight(svc.config, who, metadata)
     except ValueError as exc:
         raise bad_request(str(exc), f"metadata.{WEIGHT_METADATA}") from exc
+    try:
+        batch_tier(metadata)
+    except ValueError as exc:
+        raise bad_request(str(exc), f"metadata.{TIER_METADATA}") from exc
     file_id = body.get("input_file_id")
     if not isinstance(file_id, str) or not file_id:
         raise bad_request("input_file_id: required, a file id (a string)", "input_file_id")

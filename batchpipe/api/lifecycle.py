@@ -56,6 +56,7 @@ from batchpipe.api.records import BatchRecord, Counts, Usage
 from batchpipe.api.retention import Retention
 from batchpipe.api.state import KafkaUnavailable, StaleRecord, StateTopic
 from batchpipe.api.store import FileStore
+from batchpipe.api.tiers import shown_tier
 from batchpipe.api.weights import published_weight
 from batchpipe.batchfile import FileLimits
 from batchpipe.client import Client
@@ -239,6 +240,7 @@ class Lifecycle:
                     (batch.model,),
                     weight=published_weight(self._config, batch.owner, batch.metadata),
                     key=batch.owner,
+                    tier=shown_tier(batch.metadata),
                 )
             except UnroutedModelError as exc:
                 error = {"code": str(exc.code), "message": str(exc), "param": "model", "line": None}

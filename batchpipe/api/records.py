@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal, TypeVar
 
 from batchpipe.api.costcap import Cap
+from batchpipe.api.tiers import shown_tier
 from worker.wire.messages import Endpoint
 
 BatchState = Literal[
@@ -208,7 +209,8 @@ class BatchRecord:
             "model": self.model or None,
             "usage": None if usage is None else usage.to_openai(),
             # batchpipe's own fields, as /v1/models carries them (the SDK keeps extra fields)
-            "batchpipe": {"spend": self.spend(usage)},
+            # and the service tier it runs in (batchpipe/api/tiers.py)
+            "batchpipe": {"spend": self.spend(usage), "tier": shown_tier(self.metadata)},
         }
 
     def spend(self, usage: Usage | None) -> dict[str, Any]:

@@ -7,7 +7,8 @@ import argparse
 import json
 import sys
 import time
-from typing import TextIO
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 from batchpipe.cli.config import connected_client
 from batchpipe.cli.options import (
@@ -193,6 +194,8 @@ def format_status(status: BatchStatus, price_per_1k: float | None) -> str:
     ]
     if status.cost is not None:
         lines.append(f"  cost      {status.cost:.4f} (at {price_per_1k:g} per 1k tokens)")
+    if status.tier is not None:
+        lines.append(f"  tier      {status.tier}")
     if status.detail is not None:
         lines.append(f"  note      {status.detail}")
     return "\n".join(lines)
@@ -224,13 +227,16 @@ def _status(args: argparse.Namespace) -> int:
     spend = spend_of(status, records.get(status.batch_id))
     if args.json:
         doc = status.to_dict()
-        if spend is not None:
-            doc["batchpipe"] = {"spend": spend}
-        print(json.dumps(doc))
+        print(json.dumps(doc if spend is None else _with_spend(doc, spend)))
     else:
         text = format_status(status, args.price_per_1k)
         print(text if spend is None else f"{text}\n  spend     {spend_text(spend)}")
     return EXIT_OK
+
+
+def _with_spend(doc: dict[str, Any], spend: Mapping[str, Any]) -> dict[str, Any]:
+    """A batch object with its spend beside what ``batchpipe`` already holds (its tier)."""
+    return {**doc, "batchpipe": {**doc.get("batchpipe", {}), "spend": spend}}
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -243,7 +249,7 @@ def _list(args: argparse.Namespace) -> int:
     spends = [spend_of(b, records.get(b.batch_id)) for b in shown]
     if args.json:
         data = [
-            b.to_dict() if spend is None else {**b.to_dict(), "batchpipe": {"spend": spend}}
+            b.to_dict() if spend is None else _with_spend(b.to_dict(), spend)
             for b, spend in zip(shown, spends, strict=True)
         ]
         doc = {

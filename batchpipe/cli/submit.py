@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from batcher.tiers import DEFAULT, TIERS
 from batchpipe.batchfile import FileLimits, scan_file
 from batchpipe.cli.config import load, reach
 from batchpipe.cli.options import FORMATTER, Commands, route_option
@@ -91,6 +92,14 @@ def _submit_options(submit: argparse.ArgumentParser) -> None:
         help="with scheduling.fair: whose share this batch takes (a key's batches together "
         'get one key\'s share; default: the unnamed key ""); refused without it',
     )
+    submit.add_argument(
+        "--tier",
+        choices=TIERS,
+        default=DEFAULT,
+        help="with scheduling.fair: the batch's service tier: priority (fed ahead of the "
+        "default tier, within the key's allowance, scheduling.priority_shares), default, or "
+        "flex (fed only from capacity no other batch wants, the first to give way)",
+    )
     limits = FileLimits()
     submit.add_argument(
         "--max-lines",
@@ -134,6 +143,8 @@ def _publish(args: argparse.Namespace) -> tuple[Client, SubmitReceipt]:
             check_weight(args.weight)
         except ValueError as exc:
             raise ConfigError(f"--weight: {exc}") from exc
+    if args.tier != DEFAULT and not config.scheduling.fair:
+        raise ConfigError("--tier: applies with scheduling.fair only (a FIFO has no tiers)")
     if args.key and not config.scheduling.fair:
         raise ConfigError("--key: applies with scheduling.fair only (a FIFO has no shares)")
     for flag, text in (("--batch-id", args.batch_id), ("--key", args.key)):
@@ -151,7 +162,13 @@ def _publish(args: argparse.Namespace) -> tuple[Client, SubmitReceipt]:
     if refused is not None:  # every line would fail in the workers
         raise ModelNotServedError(f"{args.file}: {refused}; nothing was published")
     receipt = client.publish_file(
-        args.file, scan.total, args.batch_id, scan.models, weight=args.weight, key=args.key
+        args.file,
+        scan.total,
+        args.batch_id,
+        scan.models,
+        weight=args.weight,
+        key=args.key,
+        tier=args.tier,
     )
     print(f"submitted {receipt.total} requests from {args.file}", file=sys.stderr)
     return client, receipt

@@ -1,0 +1,37 @@
+"""A batch's service tier under ``batchpipe serve`` (docs/api.md "Service tiers").
+
+A batch asks for one with the metadata pair ``batchpipe_tier``: ``"priority"`` (fed ahead
+of the default tier within its key's allowance, ``scheduling.priority_shares``),
+``"default"`` (what a batch without the pair gets) or ``"flex"`` (fed only from capacity
+no other batch wants). Any other value is refused at create with a 400 naming
+``metadata.batchpipe_tier``: a typo must not leave a batch in a tier its owner did not
+ask for. The tier is published with every record (:mod:`worker.feeder.naming`) and shown
+in the batch object (``batchpipe_tier``), the console and ``batchpipe status``/``list``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from batcher.tiers import DEFAULT, TIERS
+
+TIER_METADATA = "batchpipe_tier"
+
+
+def batch_tier(metadata: Mapping[str, str]) -> str:
+    """The tier a batch's metadata asks for; ``ValueError`` naming the metadata key and
+    the three tiers for anything else."""
+    raw = metadata.get(TIER_METADATA)
+    if raw is None:
+        return DEFAULT
+    if raw not in TIERS:
+        raise ValueError(
+            f"metadata.{TIER_METADATA}: must be one of {', '.join(TIERS)}, got {raw[:40]!r}"
+        )
+    return raw
+
+
+def shown_tier(metadata: Mapping[str, str]) -> str:
+    """The tier a created batch runs in (a refused value never gets this far)."""
+    raw = metadata.get(TIER_METADATA, DEFAULT)
+    return raw if raw in TIERS else DEFAULT

@@ -1,0 +1,72 @@
+"""Service tiers through the official SDK against ``batchpipe serve`` with the defaults,
+on the embedded broker with a real worker (issue 50's done-when; bench/tiers.py runs the
+same rounds and writes bench/results/tiers.json).
+
+Echo at 30 ms a token and 4 tokens an answer; key ``alice`` weighs 100
+(``api.key_weights``), so without its tier bob's 50-line batch would be fed 1/101 of the
+fleet after its first slice: the priority test fails if the tier is not honoured, as the
+flex test does if flex takes its fair half. Each bound is measured against the same
+run's time alone, and the priority bound holds for the median of three rounds: a busy
+machine moves single seconds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import openai
+import pytest
+
+from bench.tiers import flex_run, tier_config
+from tests.integration.api.conftest import Serve, sdk
+from tests.integration.api.test_sdk_echo import batch_file, wait_for
+from tests.integration.harness import running_worker
+from worker.config import Config
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_flex_batch_gives_way_to_a_default_one(
+    api_config: Config, serve: Serve, tmp_path: Path
+) -> None:
+    config = tier_config(api_config)
+    with serve(config) as server, running_worker(config):
+        alice, bob = sdk(server), sdk(server, "sk-bob")
+        seen = flex_run(alice, bob, tmp_path)
+    print(seen)  # pytest -s
+    assert seen["flex_ended_after_s"] > 0, seen
+    assert seen["throughput_kept"] >= 0.95, seen
+
+
+def test_the_tier_is_shown_and_a_bad_one_is_a_400_naming_the_field(
+    api_config: Config, serve: Serve, tmp_path: Path
+) -> None:
+    with serve(api_config) as server, running_worker(api_config):
+        client = sdk(server)
+        uploaded = client.files.create(
+            file=batch_file(tmp_path / "in.jsonl", 3).open("rb"), purpose="batch"
+        )
+        for bad in ("express", "PRIORITY", ""):
+            with pytest.raises(openai.BadRequestError) as refused:
+                client.batches.create(
+                    input_file_id=uploaded.id,
+                    endpoint="/v1/chat/completions",
+                    completion_window="24h",
+                    metadata={"batchpipe_tier": bad},
+                )
+            assert refused.value.param == "metadata.batchpipe_tier", refused.value
+            assert "priority, default, flex" in str(refused.value)
+        made = client.batches.create(
+            input_file_id=uploaded.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            metadata={"batchpipe_tier": "flex"},
+        )
+        plain = client.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        assert (made.model_extra or {})["batchpipe"]["tier"] == "flex"
+        assert (plain.model_extra or {})["batchpipe"]["tier"] == "default"
+        assert wait_for(client, made.id, {"completed"}, 120).status == "completed"
+        listed = {b.id: (b.model_extra or {})["batchpipe"]["tier"] for b in client.batches.list()}
+        assert listed[made.id] == "flex" and listed[plain.id] == "default"
