@@ -56,8 +56,9 @@ def test_file_object_is_the_sdk_shape() -> None:
 
 def _sdk_batch(doc: dict[str, Any]) -> Batch:
     """The batch object as the SDK's ``Batch``, beside batchpipe's one extension: its
-    ``batchpipe`` object (the SDK keeps it in ``model_extra``)."""
-    assert set(doc["batchpipe"]) == {"spend"}
+    ``batchpipe`` object (the SDK keeps it in ``model_extra``): spend and service tier."""
+    assert set(doc["batchpipe"]) == {"spend", "tier"}
+    assert doc["batchpipe"]["tier"] in ("priority", "default", "flex")
     return sdk_parse(Batch, {k: v for k, v in doc.items() if k != "batchpipe"})
 
 

@@ -71,8 +71,10 @@ def test_the_lifecycle_publishes_with_the_batch_weight_and_the_owner_as_key(
     svc = services(unit_config(tmp_path, key_weights={"alice": 4.0}))
     published: list[Any] = []
 
-    def publish_file(self: Client, *args: Any, weight: float | None = None, key: str = "") -> None:
-        published.append((weight, key))
+    def publish_file(
+        self: Client, *args: Any, weight: float | None = None, key: str = "", tier: str = ""
+    ) -> None:
+        published.append((weight, key, tier))
 
     monkeypatch.setattr(Client, "publish_file", publish_file)
     # the stored files hold "{}": the endpoint check is not what this test is about
@@ -82,10 +84,18 @@ def test_the_lifecycle_publishes_with_the_batch_weight_and_the_owner_as_key(
         light = stored_batch(
             svc, stored_file(svc), status="validating", metadata={"batchpipe_weight": "0.25"}
         )
-        for batch in (plain, light):
+        flex = stored_batch(
+            svc, stored_file(svc), status="validating", metadata={"batchpipe_tier": "flex"}
+        )
+        for batch in (plain, light, flex):
             Lifecycle._validate_and_publish(svc.lifecycle, batch.id)
-    # the owner is the key whose share both batches take (issue 33: keys first)
-    assert published == [(4.0, plain.owner), (0.25, light.owner)]
+    # the owner is the key whose share both batches take (issue 33: keys first); the tier
+    # its metadata asks for (issue 50)
+    assert published == [
+        (4.0, plain.owner, "default"),
+        (0.25, light.owner, "default"),
+        (4.0, flex.owner, "flex"),
+    ]
     assert plain.owner
 
 
