@@ -222,3 +222,13 @@ class ResultsFollower:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+
+    def stop(self) -> None:
+        """Drop the reader and close the answer logs: the server stops. What a log's
+        buffer holds is written now, not by a later collection of the file object (a
+        server started again in this process appends to the same file)."""
+        self.close()
+        with self._lock:
+            logs, self._logs = list(self._logs.values()), {}
+        for log in logs:
+            log.close()

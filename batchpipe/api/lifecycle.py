@@ -114,7 +114,7 @@ class Lifecycle:
             self._thread.join(30)
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._announcer.close()
-        self.results.close()
+        self.results.stop()
         self.feeders.close()
 
     @property

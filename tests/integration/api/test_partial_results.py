@@ -1,7 +1,7 @@
 """Partial results through the official SDK against ``batchpipe serve`` (the defaults) on
 the embedded broker with a real worker: a running batch read three times gives a growing,
 duplicate-free prefix of its final files, and the final files are the last read plus the
-rest (issue 50, part 1)."""
+rest (issue 50, part 1); a cursor of a server holds on the server started after it."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from openai import OpenAI
 
 from batchpipe.api.answerlog import is_error_line
 from tests.integration.api.conftest import Serve, sdk
+from tests.integration.api.test_cancel_restart import slow
 from tests.integration.api.test_sdk_echo import WAIT_S, batch_file, wait_for
 from tests.integration.harness import running_worker
 from worker.config import Config
@@ -97,3 +98,30 @@ def test_partial_reads_are_a_growing_prefix_of_the_final_files(
         assert sorted(json.loads(x)["custom_id"] for x in lines) == sorted(
             f"req-{i}" for i in range(LINES)
         )
+
+
+def test_a_cursor_holds_across_a_server_restart(
+    api_config: Config, serve: Serve, tmp_path: Path
+) -> None:
+    config = slow(api_config)  # two requests an engine batch, ~0.2 s each: 60 take ~6 s
+    with running_worker(config):
+        with serve(config) as first:
+            client = sdk(first)
+            file = client.files.create(
+                file=batch_file(tmp_path / "in.jsonl", 60).open("rb"), purpose="batch"
+            )
+            batch = client.batches.create(
+                input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
+            answered(client, batch.id, 6)
+            before = read_partial(client, batch.id, None)
+            assert before.content and before.headers["x-batchpipe-done"] == "false"
+        with serve(config) as second:  # reads the batch's results again, from the start
+            client = sdk(second)
+            done = wait_for(client, batch.id, {"completed", "failed", "expired", "cancelled"})
+            assert done.status == "completed", done
+            rest = read_partial(client, batch.id, before.headers["x-batchpipe-cursor"])
+            assert rest.headers["x-batchpipe-done"] == "true"
+            output = file_bytes(client, done.output_file_id)
+    assert before.content + rest.content == output  # no line again, none moved
+    assert len(output.splitlines()) == 60
