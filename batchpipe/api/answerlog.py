@@ -33,9 +33,14 @@ from worker.config import ApiConfig
 from worker.wire.messages import InferenceResult
 
 
+def answers_root(api: ApiConfig) -> Path:
+    """Where every replica sharing ``api.store_dir`` keeps its answer logs."""
+    return Path(api.store_dir).expanduser() / "answers"
+
+
 def answers_dir(api: ApiConfig) -> Path:
     """Where this replica keeps its answer logs."""
-    return Path(api.store_dir).expanduser() / "answers" / socket.gethostname()
+    return answers_root(api) / socket.gethostname()
 
 
 def log_path(directory: Path, batch_id: str) -> Path:
@@ -102,7 +107,10 @@ class AnswerLog:
                 (errors if is_error_line(line) else output).write(line)
 
 
-def forget(directory: Path, batch_id: str) -> None:
-    """Remove a batch's answer log (its output files have expired)."""
-    with contextlib.suppress(FileNotFoundError):
-        log_path(directory, batch_id).unlink()
+def forget(root: Path, batch_id: str) -> None:
+    """Remove a batch's answer logs, every replica's under ``root`` (its output files
+    have expired): a replica that is gone, or came back under another host name, leaves
+    none behind on a shared volume."""
+    for path in root.glob(f"*/{log_path(Path(), batch_id)}"):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()

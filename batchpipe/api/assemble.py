@@ -24,7 +24,7 @@ from pathlib import Path
 from msgspec import structs
 
 from batchpipe.api.answerlog import AnswerLog
-from batchpipe.api.records import BatchRecord, Counts, FileRecord, Usage
+from batchpipe.api.records import BatchRecord, Counts, FileRecord, Usage, output_file_id
 from batchpipe.api.retention import expiry
 from batchpipe.api.store import FileStore
 from batchpipe.batchfile import FileLimits, iter_file
@@ -44,10 +44,6 @@ class Assembled:
     usage: Usage
     output: FileRecord | None
     errors: FileRecord | None
-
-
-def output_file_id(batch_id: str, kind: str) -> str:
-    return f"file-{batch_id}-{kind}"
 
 
 @contextmanager

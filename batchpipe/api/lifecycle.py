@@ -47,7 +47,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 
 from batchpipe.api import retention
-from batchpipe.api.answerlog import answers_dir
+from batchpipe.api.answerlog import answers_dir, answers_root
 from batchpipe.api.assemble import assemble
 from batchpipe.api.feederwatch import NO_FEEDER_CODE, NO_FEEDER_S, FeederWatch
 from batchpipe.api.follow import ResultsFollower
@@ -90,9 +90,8 @@ class Lifecycle:
         self._state = state
         self._store = store
         self._limits = limits
-        answers = answers_dir(config.api)
-        self.results = ResultsFollower(config, answers)
-        self.retention = Retention(state, store, answers)
+        self.results = ResultsFollower(config, answers_dir(config.api))
+        self.retention = Retention(state, store, answers_root(config.api))
         self.feeders = FeederWatch(config)
         self._publishing: set[str] = set()
         self._announced: set[str] = set()  # cancelled batches whose stop the broker has

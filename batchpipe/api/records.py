@@ -45,6 +45,16 @@ def new_file_id() -> str:
     return f"file-{secrets.token_hex(12)}"
 
 
+def output_file_id(batch_id: str, kind: str) -> str:
+    """The id of a batch's output (``kind`` output) or error file (errors)."""
+    return f"file-{batch_id}-{kind}"
+
+
+def output_batch_id(file_id: str) -> str:
+    """The batch whose output or error file ``file_id`` is (batch ids hold no ``-``)."""
+    return file_id.removeprefix("file-").rsplit("-", 1)[0]
+
+
 def _load(cls: type[R], value: bytes) -> R:
     doc = json.loads(value)
     names = {f.name for f in fields(cls)}

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from batchpipe.api.answerlog import forget
 from batchpipe.api.errors import bad_request
-from batchpipe.api.records import FileRecord
+from batchpipe.api.records import FileRecord, output_batch_id
 from batchpipe.api.state import StateTopic
 from batchpipe.api.store import FileStore
 from worker.config import ApiConfig
@@ -109,7 +109,7 @@ class Retention:
     def __init__(self, state: StateTopic, store: FileStore, answers: Path) -> None:
         self._state = state
         self._store = store
-        self._answers = answers  # the answer logs' directory
+        self._answers = answers  # every replica's answer logs, a directory each
         self._last = 0.0
 
     def step(self, at: float) -> None:
@@ -136,8 +136,8 @@ class Retention:
                     continue
                 self._store.delete(file.id)
                 self._state.delete_file(file)
-                if file.purpose == "batch_output":  # named <batch id>_<kind>.jsonl
-                    forget(self._answers, file.filename.rsplit("_", 1)[0])
+                if file.purpose == "batch_output":
+                    forget(self._answers, output_batch_id(file.id))
             removed.append(file.id)
         if removed:
             log.info("removed %d expired files", len(removed))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from batchpipe.api import partial
-from batchpipe.api.answerlog import AnswerLog, answers_dir, is_error_line
+from batchpipe.api.answerlog import AnswerLog, answers_dir, forget, is_error_line
 from batchpipe.api.errors import ApiError
 from batchpipe.api.partial import MAX_LIMIT, MAX_PAGE_BYTES, _range, cursor, page_of, tail_of
 from batchpipe.api.store import CHUNK_BYTES
@@ -69,6 +69,16 @@ def test_a_restart_keeps_what_was_logged_and_logs_only_the_new(tmp_path: Path) -
     assert again.tally.complete
     again.close()
     first.close()
+
+
+def test_forgetting_a_batch_removes_every_replicas_log_of_it_only(tmp_path: Path) -> None:
+    for host, batch in (("a", "b1"), ("b", "b1"), ("a", "b2")):
+        (tmp_path / host).mkdir(exist_ok=True)
+        (tmp_path / host / f"{batch}.jsonl").write_bytes(b"")
+    forget(tmp_path, "b1")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.jsonl")) == [
+        "a/b2.jsonl"
+    ]
 
 
 def test_error_lines_are_told_from_output_lines() -> None:

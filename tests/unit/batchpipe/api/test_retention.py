@@ -16,9 +16,9 @@ import pytest
 from fastapi.testclient import TestClient
 from openai import OpenAI
 
-from batchpipe.api.assemble import output_file_id
+from batchpipe.api.answerlog import answers_dir, log_path
 from batchpipe.api.context import Services
-from batchpipe.api.records import FileRecord
+from batchpipe.api.records import FileRecord, output_file_id
 from batchpipe.api.retention import (
     MAX_EXPIRES_AFTER_S,
     MIN_EXPIRES_AFTER_S,
@@ -232,10 +232,15 @@ def test_output_files_are_swept_on_their_schedule(tmp_path: Path) -> None:
         path.write_text("{}\n")
         svc.store.put(output.id, path)
     svc.state.put_file(output, idempotent=True)
+    logs = answers_dir(svc.config.api)  # the batch's answer log goes with its files
+    logs.mkdir(parents=True)
+    log_path(logs, batch.id).write_bytes(b"{}\n")
     sweep = svc.lifecycle.retention.sweep
     assert sweep(output.created_at + 3599) == []
+    assert log_path(logs, batch.id).exists()
     assert sweep(output.created_at + 3600) == [output.id]
     assert not _stored(svc, output.id)
+    assert not log_path(logs, batch.id).exists()
     assert svc.state.batch(batch.id) is not None
 
 
