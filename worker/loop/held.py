@@ -23,6 +23,13 @@ taken before any record read more than ``window`` after it, so a producer that w
 tags on everything (anyone can write the requests topic) delays another record by at most
 ``window`` records, and records without a tag keep their read order.
 
+A partition goes as early as its earliest held record (issue 50): the records ahead of a
+moved one in its partition are taken with it, since they must leave first. Moved alone,
+a priority batch's records (tag 0, batcher/tiers.py) waited behind its own first slice,
+read when nothing lower was held and so not moved, while every later record of the
+other tiers was: 30 of 50 waited 1.9 s. The bound holds: those records were read before
+the one they go with, so none goes ahead of a record read more than ``window`` before it.
+
 A held record is not opened in the :class:`~worker.loop.ledger.Ledger`, so no commit can pass
 it: the group's committed offset stays at or below it until it is admitted and answered.
 Records of partitions revoked, lost or rewound are let go: the partition is read again
@@ -45,7 +52,9 @@ class HeldRecords:
     """Consumed records not admitted yet, taken in the order the module doc states.
 
     Invariants: every held record is in exactly one partition's queue, in offset (and
-    read) order; ``_heads`` holds one entry per non-empty queue, its head's place;
+    read) order; ``_floors`` holds per queue the ascending minima of its places from each
+    record on (its first: the queue's earliest place); ``_heads`` holds an entry per
+    non-empty queue with that place (``_head``), and stale ones that :meth:`take` skips;
     ``_tags`` holds an entry for every held tagged record, so its top still held is the
     highest tag held (entries of records taken or let go leave it lazily: each such record
     was taken before any record read more than ``window`` after it, so they are few).
@@ -57,7 +66,10 @@ class HeldRecords:
         self._window = window
         #: per partition, (place, read sequence, bytes, record) in offset order
         self._queues: dict[Partition, deque[tuple[int, int, int, Record]]] = {}
-        self._heads: list[tuple[int, Partition]] = []  # (place, partition) of each head
+        self._heads: list[tuple[int, Partition]] = []  # (place, partition); stale too
+        self._head: dict[Partition, int] = {}  # each non-empty queue's earliest place
+        #: per partition, (place, read) of the records no later record is placed before
+        self._floors: dict[Partition, deque[tuple[int, int]]] = {}
         self._tags: list[tuple[float, int, Partition]] = []  # (-tag, read sequence, ...)
         self._read = 0  # records held so far: each one's read sequence
         self._len = 0
@@ -84,7 +96,13 @@ class HeldRecords:
             queue = self._queues.get(partition)
             if queue is None:
                 queue = self._queues[partition] = deque()
-            if not queue:
+                self._floors[partition] = deque()
+            floors = self._floors[partition]
+            while floors and floors[-1][0] >= place:
+                floors.pop()
+            floors.append((place, read))
+            if place < self._head.get(partition, math.inf):  # the partition goes earlier
+                self._head[partition] = place
                 heapq.heappush(self._heads, (place, partition))
             size = _size(record, headers)
             queue.append((place, read, size, record))
@@ -96,13 +114,20 @@ class HeldRecords:
         taken: list[Record] = []
         heads, queues = self._heads, self._queues
         while heads and len(taken) < room:
-            _, partition = heapq.heappop(heads)
-            queue = queues[partition]
-            _, _, size, record = queue.popleft()
+            place, partition = heapq.heappop(heads)
+            if self._head.get(partition) != place:
+                continue  # stale: the partition was moved earlier, or let go
+            queue, floors = queues[partition], self._floors[partition]
+            _, read, size, record = queue.popleft()
+            if floors[0][1] == read:
+                floors.popleft()
             self.bytes -= size
             taken.append(record)
             if queue:
-                heapq.heappush(heads, (queue[0][0], partition))
+                self._head[partition] = floors[0][0]
+                heapq.heappush(heads, (floors[0][0], partition))
+            else:
+                del self._head[partition]
         self._len -= len(taken)
         if not self._len:
             self._tags.clear()
@@ -119,11 +144,13 @@ class HeldRecords:
         released = 0
         for partition in partitions:
             queue = self._queues.pop(partition, None)
+            self._floors.pop(partition, None)
+            self._head.pop(partition, None)
             if queue:
                 released += len(queue)
                 self.bytes -= sum(size for _, _, size, _ in queue)
         if released:
-            self._heads = [(q[0][0], p) for p, q in self._queues.items() if q]
+            self._heads = [(place, p) for p, place in self._head.items()]
             heapq.heapify(self._heads)
             self._len -= released
             if not self._len:

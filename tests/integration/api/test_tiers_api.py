@@ -2,7 +2,8 @@
 on the embedded broker with a real worker (issue 50's done-when; bench/tiers.py runs the
 same rounds and writes bench/results/tiers.json).
 
-Echo at 30 ms a token and 4 tokens an answer; key ``alice`` weighs 100
+Echo at 10 ms a token (priority; 30 ms for flex, bench/tiers.py says why) and 4 tokens
+an answer; key ``alice`` weighs 100
 (``api.key_weights``), so without its tier bob's 50-line batch would be fed 1/101 of the
 fleet after its first slice: the priority test fails if the tier is not honoured, as the
 flex test does if flex takes its fair half. Each bound is measured against the same
@@ -17,7 +18,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from bench.tiers import flex_run, tier_config
+from bench.tiers import FLEX_TOKEN_S, PRIORITY_TOKEN_S, flex_run, priority_rounds, tier_config
 from tests.integration.api.conftest import Serve, sdk
 from tests.integration.api.test_sdk_echo import batch_file, wait_for
 from tests.integration.harness import running_worker
@@ -26,10 +27,21 @@ from worker.config import Config
 pytestmark = pytest.mark.integration
 
 
+def test_a_priority_batch_is_not_held_back_by_a_full_fleet(
+    api_config: Config, serve: Serve, tmp_path: Path
+) -> None:
+    config = tier_config(api_config, PRIORITY_TOKEN_S)
+    assert config.scheduling.fair and not config.scheduling.priority_shares  # the defaults
+    with serve(config) as server, running_worker(config):
+        seen = priority_rounds(sdk(server), sdk(server, "sk-bob"), tmp_path, rounds=3)
+    print(seen)  # pytest -s
+    assert seen["median_ratio"] <= 1.5, seen
+
+
 def test_a_flex_batch_gives_way_to_a_default_one(
     api_config: Config, serve: Serve, tmp_path: Path
 ) -> None:
-    config = tier_config(api_config)
+    config = tier_config(api_config, FLEX_TOKEN_S)
     with serve(config) as server, running_worker(config):
         alice, bob = sdk(server), sdk(server, "sk-bob")
         seen = flex_run(alice, bob, tmp_path)

@@ -55,6 +55,18 @@ def test_a_newcomer_behind_what_was_fetched_is_taken_first() -> None:
     assert offsets(held.take(100)) == [(0, n) for n in range(1, 20)]
 
 
+def test_a_partition_goes_as_early_as_its_earliest_held_record() -> None:
+    """Issue 50: a priority batch's records (tag 0) behind its own record that was read
+    when nothing lower was held, and so not moved; the large batch's records read after
+    it, moved, went first, and the priority records waited 1.9 s."""
+    held = HeldRecords(window=32)
+    held.hold([record(P1, 0, tag=1.0)])  # read alone: the highest tag held, not moved
+    held.hold([record(P0, n, tag=100.0) for n in range(10)])  # the large batch's
+    held.hold([record(P1, 1, tag=0.0), record(P1, 2, tag=0.0)])  # moved: P1 goes with them
+    assert offsets(held.take(3)) == [(1, 0), (1, 1), (1, 2)]
+    assert offsets(held.take(100)) == [(0, n) for n in range(10)]
+
+
 def test_a_low_tag_moves_no_further_than_the_window() -> None:
     held = HeldRecords(window=4)
     held.hold([record(P0, n, tag=100.0) for n in range(10)])
@@ -126,8 +138,9 @@ def test_order_and_bound_hold_under_any_mix(
 ) -> None:
     """Every partition's records come out in offset order; a record is never taken after
     one read more than ``window`` after it; the counts add up; and each take is the one a
-    plain model makes (the lowest head place; a tag below the highest held moves a record
-    ``window`` places, and a half, ahead)."""
+    plain model makes (the partition of the lowest place held: a partition goes as early
+    as its earliest record; a tag below the highest held moves a record ``window`` places,
+    and a half, ahead)."""
     held = HeldRecords(window)
     model: dict[Partition, list[tuple[float, float | None]]] = {p: [] for p in parts_()}
     parts = parts_()
@@ -151,7 +164,7 @@ def test_order_and_bound_hold_under_any_mix(
             taken = held.take(n)
             assert len(taken) == min(n, len(inside))
             for r in taken:
-                first = min((q[0][0], p) for p, q in model.items() if q)[1]
+                first = min((min(x[0] for x in q), p) for p, q in model.items() if q)[1]
                 assert where(r)[0] == first
                 model[first].pop(0)
                 key = where(r)
