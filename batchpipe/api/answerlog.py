@@ -14,7 +14,7 @@ them, and the final files are the last partial read plus the rest.
 
 A restart keeps the log (it lies under ``api.store_dir``): the follower reads the batch's
 results again and appends only the ``custom_id``s the log does not hold yet, so what a
-reader was given stays where it was. The log is written in whole lines and flushed after
+reader was given stays where it was. The log is appended in whole lines at the end of
 every read of the topic; a line torn by a crash is cut off when the log is opened again.
 Each replica keeps its own log (a directory per host name): a reader's cursor is valid
 on the replica that gave it.
@@ -31,6 +31,8 @@ from typing import BinaryIO
 from batchpipe.collect import BatchTally, result_line
 from worker.config import ApiConfig
 from worker.wire.messages import InferenceResult
+
+_HELD_LINES = 1_000  # the most lines a log holds before it appends them
 
 
 def answers_root(api: ApiConfig) -> Path:
@@ -71,7 +73,11 @@ def _logged(path: Path) -> set[str]:
 
 
 class AnswerLog:
-    """One batch's tally and answer log, written by the follower's thread only."""
+    """One batch's tally and answer log, written by the follower's thread only.
+
+    No file stays open: the lines of one read step are held and appended at its end in
+    one write (a server with thousands of running batches holds no descriptor for each),
+    or sooner once :data:`_HELD_LINES` are held (an assembly reading a long remainder)."""
 
     def __init__(self, directory: Path, batch_id: str, total: int) -> None:
         self.tally = BatchTally(batch_id, total)
@@ -79,7 +85,8 @@ class AnswerLog:
         directory.mkdir(parents=True, exist_ok=True)
         # after a restart, the answers logged before it: counted again, never logged twice
         self._earlier = _logged(self.path)
-        self._file = self.path.open("a", encoding="utf-8")
+        self.path.touch()  # a batch with no answer yet has a log: an empty one
+        self._held: list[str] = []
 
     def add(self, result: InferenceResult) -> bool:
         """Count ``result`` and log it; False for another batch's or a repeat."""
@@ -91,13 +98,16 @@ class AnswerLog:
     def append(self, result: InferenceResult) -> None:
         """Log ``result``, which the tally has just counted."""
         if result.custom_id not in self._earlier:
-            self._file.write(result_line(result))
+            self._held.append(result_line(result))
+            if len(self._held) >= _HELD_LINES:
+                self.flush()
 
     def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
+        """Append the lines held: what partial reads may serve from now on."""
+        if self._held:
+            with self.path.open("a", encoding="utf-8") as log:
+                log.write("".join(self._held))
+            self._held.clear()
 
     def split(self, output: BinaryIO, errors: BinaryIO) -> None:
         """Copy the log's lines, in order, to ``output`` and (error lines) ``errors``."""

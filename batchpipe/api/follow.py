@@ -127,7 +127,7 @@ class ResultsFollower:
         }
         with self._lock:
             for gone in set(self._logs) - ids:
-                self._logs.pop(gone).close()
+                self._logs.pop(gone).flush()
             new = [b for b in active if b.id not in self._logs]
             for batch in new:
                 self._open(batch)
@@ -224,11 +224,9 @@ class ResultsFollower:
             self._reader = None
 
     def stop(self) -> None:
-        """Drop the reader and close the answer logs: the server stops. What a log's
-        buffer holds is written now, not by a later collection of the file object (a
-        server started again in this process appends to the same file)."""
+        """Drop the reader and append what the answer logs hold: the server stops."""
         self.close()
         with self._lock:
             logs, self._logs = list(self._logs.values()), {}
         for log in logs:
-            log.close()
+            log.flush()

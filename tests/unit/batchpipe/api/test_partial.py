@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from batchpipe.api import partial
+from batchpipe.api import answerlog, partial
 from batchpipe.api.answerlog import AnswerLog, answers_dir, forget, is_error_line
 from batchpipe.api.errors import ApiError
 from batchpipe.api.partial import MAX_LIMIT, MAX_PAGE_BYTES, _range, cursor, page_of, tail_of
@@ -51,7 +51,6 @@ def test_the_log_keeps_first_answers_in_the_order_read_and_splits_them_in_order(
     assert err.getvalue() == log_bytes(result("a", ok=False))
     assert log.path.read_bytes() == log_bytes(result("c"), result("a", ok=False), result("b"))
     assert (log.tally.completed, log.tally.failed, log.tally.prompt_tokens) == (2, 1, 9)
-    log.close()
 
 
 def test_a_restart_keeps_what_was_logged_and_logs_only_the_new(tmp_path: Path) -> None:
@@ -67,8 +66,21 @@ def test_a_restart_keeps_what_was_logged_and_logs_only_the_new(tmp_path: Path) -
     again.flush()
     assert again.path.read_bytes() == log_bytes(*(result(c) for c in "abcd"))
     assert again.tally.complete
-    again.close()
-    first.close()
+
+
+def test_lines_are_appended_at_a_flush_or_once_enough_are_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(answerlog, "_HELD_LINES", 3)
+    log = AnswerLog(tmp_path, "b", 9)
+    log.add(result("a"))
+    log.add(result("b"))
+    assert log.path.read_bytes() == b""  # held: partial reads see nothing of them yet
+    log.add(result("c"))
+    assert log.path.read_bytes() == log_bytes(*(result(c) for c in "abc"))
+    log.add(result("d"))
+    log.flush()
+    assert log.path.read_bytes() == log_bytes(*(result(c) for c in "abcd"))
 
 
 def test_forgetting_a_batch_removes_every_replicas_log_of_it_only(tmp_path: Path) -> None:
