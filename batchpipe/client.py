@@ -46,6 +46,7 @@ from batchpipe.batchfile import (
     scan_file,
     validate_requests,
 )
+from batchpipe.caps import Cap, CapError, CapWatch, given_cap
 from batchpipe.collect import (
     BatchStatus,
     BatchTally,
@@ -77,6 +78,7 @@ from worker.feeder.naming import (
     tokens_header,
 )
 from worker.kafka import clients
+from worker.kafka.cancellations import Announcer
 from worker.kafka.produce import produce
 from worker.kafka.seals import GIVE_UP_S, Seal, sealed_by_control
 from worker.routing import RoutingTable
@@ -333,6 +335,40 @@ class Client:
         requests = iter_file(path, self.limits)
         return self._publish(requests, scan.total, batch_id, scan.models, weight, key, tier)
 
+    def run(
+        self,
+        path: str | os.PathLike[str],
+        output: TextTarget,
+        errors: TextTarget,
+        timeout_s: float | None = None,
+        *,
+        batch_id: str | None = None,
+        max_tokens: int | None = None,
+        max_cost_usd: float | None = None,
+        progress: Progress | None = None,
+    ) -> BatchStatus:
+        """:meth:`submit_file`, then :meth:`collect` until every line is answered, as
+        ``batchpipe run``: under ``max_tokens``/``max_cost_usd`` (see :meth:`collect`;
+        a cost cap needs a file of one model with a price), read before anything is
+        published, so a bad cap publishes nothing."""
+        scan = scan_file(path, self.limits)
+        model = next(iter(scan.models)) if len(scan.models) == 1 else None
+        given_cap(max_tokens, max_cost_usd, model, self.config.api.prices)
+        receipt = self._publish(
+            iter_file(path, self.limits), scan.total, batch_id, scan.models, None, "", DEFAULT
+        )
+        return self.collect(
+            receipt.batch_id,
+            output,
+            errors,
+            timeout_s,
+            since=receipt.submitted_at,
+            progress=progress,
+            max_tokens=max_tokens,
+            max_cost_usd=max_cost_usd,
+            model=model,
+        )
+
     def publish_file(
         self,
         path: str | os.PathLike[str],
@@ -532,10 +568,23 @@ class Client:
         progress: Progress | None = None,
         on_wait: Callable[[str], None] | None = None,
         partial: bool = False,
+        max_tokens: int | None = None,
+        max_cost_usd: float | None = None,
+        model: str | None = None,
     ) -> BatchStatus:
         """Write the batch's results as JSONL as they arrive, until it is complete; with
         ``partial``, the results answered now, and return (its status says how far the
         batch is).
+
+        ``max_tokens`` (prompt + completion, in [1, 10¹²]) and ``max_cost_usd`` (in
+        (0, 1,000,000], priced at ``api.prices`` of ``model``) cap the batch while it is
+        followed, as ``batchpipe serve`` caps one (docs/architecture.md §12): once its
+        answers' usage reaches a cap, its ``capped`` stop is announced on the control
+        topic, the lines not run arrive as 4008 ``batch_cap_reached`` and are written to
+        ``errors``, and the status's ``capped`` says which cap stopped it at what spend.
+        A cap that cannot be read raises :class:`~batchpipe.caps.CapError` (a
+        ``ValueError`` naming the argument) before anything is read; with ``partial``
+        (nothing followed) a cap is refused the same way.
 
         Completions go to ``output``, failures to ``errors`` (paths are truncated first;
         open text streams are written as they are), one line per ``custom_id``.
@@ -549,6 +598,9 @@ class Client:
         once when its publisher stopped before its end marker (none of it runs).
         """
         started = time.monotonic()
+        cap = given_cap(max_tokens, max_cost_usd, model, self.config.api.prices)
+        if cap.limits and partial:
+            raise CapError("max_tokens: a partial read does not follow the batch", "max_tokens")
         self._require(batch_id, since, timeout_s, on_wait)
         if timeout_s is not None:
             timeout_s = max(0.0, timeout_s - (time.monotonic() - started))
@@ -556,18 +608,30 @@ class Client:
         progress = progress or Progress()
         with contextlib.ExitStack() as stack:
             out, err = (_open_text(stack, target) for target in (output, errors))
+            watch = self._watch(stack, cap) if cap.limits else None
             try:
                 for result in self._read(tally, timeout_s, since, partial=partial):
                     write_result(result, out, err)
                     progress.update(tally.answered, tally.total)
+                    if watch is not None:
+                        watch.see(tally)
             finally:
                 progress.close()
-        return tally.status(
+        status = tally.status(
             submitted_at=since if since is not None else batch_time(batch_id),
             now=time.time(),
             completion_window_s=None,
             price_per_1k=None,
         )
+        return status if watch is None else replace(status, capped=watch.summary(tally))
+
+    def _watch(self, stack: contextlib.ExitStack, cap: Cap) -> CapWatch:
+        """The follower of a capped batch's spend, its stop's producer opened now (a stop
+        then waits on nothing: every answer until the workers read it is over the cap)."""
+        announcer = Announcer(self.config.kafka)
+        stack.callback(announcer.close)
+        announcer.open()
+        return CapWatch(cap, announcer.announce)
 
     def status(
         self,

@@ -162,6 +162,9 @@ class BatchStatus:
     detail: str | None = None
     #: the service tier its requests ask for (None: none of them was read)
     tier: str | None = None
+    #: which cap stopped the batch, at what spend, when its collector followed it under a
+    #: cap (:class:`batchpipe.caps.CapWatch`); None when none did
+    capped: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The OpenAI batch object's fields that apply, plus token usage and cost."""

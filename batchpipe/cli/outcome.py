@@ -8,6 +8,8 @@ from batchpipe.client import CollectTimeoutError
 from worker.errors import BatchpipeError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 124, 130
+#: ``batchpipe run`` stopped the batch at its cap: every line answered, those not run 4008
+EXIT_CAPPED = 5
 
 
 def exit_code(exc: BatchpipeError) -> int:

@@ -147,9 +147,13 @@ def write_answers(
     since: float | None,
     *,
     partial: bool = False,
-) -> int:
+    max_tokens: int | None = None,
+    max_cost_usd: float | None = None,
+    model: str | None = None,
+) -> BatchStatus:
     """Write ``batch_id``'s answers as ``-o``/``--errors`` say until it is complete
-    (``partial``: those answered now)."""
+    (``partial``: those answered now), under a cap where one is given
+    (:meth:`~batchpipe.client.Client.collect`); its status."""
     output: str | TextIO = args.output or f"{batch_id}.output.jsonl"
     errors: str = args.errors or f"{batch_id}.errors.jsonl"
     if output == "-":
@@ -169,6 +173,9 @@ def write_answers(
         progress=progress,
         on_wait=waiting,
         partial=partial,
+        max_tokens=max_tokens,
+        max_cost_usd=max_cost_usd,
+        model=model,
     )
     if not args.quiet:
         where = "stdout" if output is sys.stdout else output
@@ -181,7 +188,7 @@ def write_answers(
             f"{status.failed} failed → {errors}{so_far}",
             file=sys.stderr,
         )
-    return EXIT_OK
+    return status
 
 
 def format_status(status: BatchStatus, price_per_1k: float | None) -> str:
@@ -212,7 +219,8 @@ def _batch_id(args: argparse.Namespace) -> str:
 
 def _collect(args: argparse.Namespace) -> int:
     batch_id = _batch_id(args)  # a usage error before the broker is asked
-    return write_answers(args, connected_client(args), batch_id, args.since, partial=args.partial)
+    write_answers(args, connected_client(args), batch_id, args.since, partial=args.partial)
+    return EXIT_OK
 
 
 def _status(args: argparse.Namespace) -> int:

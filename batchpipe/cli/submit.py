@@ -9,9 +9,10 @@ from pathlib import Path
 
 from batcher.tiers import DEFAULT, TIERS
 from batchpipe.batchfile import FileLimits, scan_file
+from batchpipe.caps import MAX_CAP_TOKENS, MAX_CAP_USD, Cap, given_cap
 from batchpipe.cli.config import load, reach
 from batchpipe.cli.options import FORMATTER, Commands, route_option
-from batchpipe.cli.outcome import EXIT_OK, report
+from batchpipe.cli.outcome import EXIT_CAPPED, EXIT_OK, report
 from batchpipe.cli.results import output_options, write_answers
 from batchpipe.client import Client, SubmitReceipt, check_name
 from batchpipe.fleet import ModelNotServedError, not_served, served_models
@@ -45,6 +46,7 @@ def add_submit(commands: Commands, common: argparse.ArgumentParser) -> None:
         "refused together with routes",
     )
     _submit_options(submit)
+    _cap_options(submit, follows=False)
     submit.set_defaults(func=_submit)
 
 
@@ -64,6 +66,7 @@ def add_run(commands: Commands, common: argparse.ArgumentParser) -> None:
     run.add_argument("file", metavar="FILE.jsonl", type=Path, help="the batch file")
     output_options(run)
     _submit_options(run)
+    _cap_options(run, follows=True)
     run.set_defaults(func=_run)
 
 
@@ -127,8 +130,34 @@ def _submit_options(submit: argparse.ArgumentParser) -> None:
     )
 
 
-def _publish(args: argparse.Namespace) -> tuple[Client, SubmitReceipt]:
-    """Validate ``args.file`` and publish it (``submit``, ``run``)."""
+_CAP_NAMES = ("--max-tokens", "--max-cost-usd")
+
+
+def _cap_options(parser: argparse.ArgumentParser, *, follows: bool) -> None:
+    """``run`` follows the batch and stops it at its cap; ``submit`` does not follow it,
+    so it refuses a cap rather than take one nothing would enforce."""
+    if follows:
+        tokens = (
+            f"stop the batch once its answers' prompt + completion tokens reach N (1 to "
+            f"{MAX_CAP_TOKENS:.0e}): run announces its stop, the lines not run are answered "
+            "4008 batch_cap_reached into --errors, and run exits 5 saying the spend"
+        )
+        cost = (
+            f"the same in US dollars (above 0, at most {MAX_CAP_USD:,.0f}), priced at "
+            "api.prices of the file's model (one model, with a price)"
+        )
+    else:
+        tokens = cost = (
+            "refused: submit does not follow the batch, so nothing would stop it; cap a "
+            "batch with batchpipe run or batchpipe serve (batch metadata)"
+        )
+    parser.add_argument("--max-tokens", metavar="N", help=tokens)
+    parser.add_argument("--max-cost-usd", metavar="X", help=cost)
+
+
+def _publish(args: argparse.Namespace) -> tuple[Client, SubmitReceipt, Cap, str | None]:
+    """Validate ``args.file`` (and ``run``'s cap) and publish it (``submit``, ``run``);
+    with the cap and the file's model (None: several)."""
     limits = FileLimits(
         max_lines=args.max_lines,
         max_file_bytes=args.max_file_bytes,
@@ -154,6 +183,8 @@ def _publish(args: argparse.Namespace) -> tuple[Client, SubmitReceipt]:
             raise ConfigError(str(exc)) from exc
     # a bad file or a model without a route is refused before Kafka is asked
     scan = scan_file(args.file, limits)
+    model = next(iter(scan.models)) if len(scan.models) == 1 else None
+    cap = given_cap(args.max_tokens, args.max_cost_usd, model, config.api.prices, _CAP_NAMES)
     client = Client(quiet_clients(config, args.verbose), limits=limits)
     for model in scan.models:
         client.routing.topic_for(model)
@@ -171,20 +202,39 @@ def _publish(args: argparse.Namespace) -> tuple[Client, SubmitReceipt]:
         tier=args.tier,
     )
     print(f"submitted {receipt.total} requests from {args.file}", file=sys.stderr)
-    return client, receipt
+    return client, receipt, cap, model
 
 
 def _submit(args: argparse.Namespace) -> int:
-    _, receipt = _publish(args)
+    for flag, given in zip(_CAP_NAMES, (args.max_tokens, args.max_cost_usd), strict=True):
+        if given is not None:
+            raise ConfigError(
+                f"{flag}: submit does not follow the batch, so nothing would stop it at a "
+                "cap; use batchpipe run (it follows the batch and stops it at the cap) or "
+                "batchpipe serve (metadata batchpipe_max_tokens); nothing was published"
+            )
+    _, receipt, _, _ = _publish(args)
     print(receipt.batch_id, flush=True)
     return EXIT_OK
 
 
 def _run(args: argparse.Namespace) -> int:
-    client, receipt = _publish(args)
+    client, receipt, cap, model = _publish(args)
     try:  # from here on the batch is published, whatever Ctrl-C interrupts
         print(receipt.batch_id, flush=True)
-        return write_answers(args, client, receipt.batch_id, receipt.submitted_at)
+        status = write_answers(
+            args,
+            client,
+            receipt.batch_id,
+            receipt.submitted_at,
+            max_tokens=cap.max_tokens,
+            max_cost_usd=cap.max_cost_usd,
+            model=model,
+        )
+        if status.capped is None:
+            return EXIT_OK
+        report(f"{receipt.batch_id} stopped at its cap: {status.capped}")
+        return EXIT_CAPPED
     except KeyboardInterrupt:
         # Ctrl-C stops the following, not the batch: say so, lest it be submitted twice
         report(
