@@ -68,3 +68,11 @@ def test_partial_writes_what_is_answered_now_and_exits_0(tmp_path: Path, broker:
         assert done.returncode == 0, done.stderr
         every = final.read_text().splitlines()
         assert len(every) == LINES and set(so_far) <= set(every)
+
+
+def test_collect_help_explains_partial_and_following() -> None:
+    done = run("collect", "--help", timeout=60)
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    assert "--partial writes only what is answered now and exits 0" in text
+    assert "each line is written as it lands" in text
