@@ -10,13 +10,16 @@ import json
 import uuid
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from batchpipe import Client
+from batchpipe.cli import main
+from batchpipe.cli.outcome import EXIT_CAPPED
 from tests.integration.api.test_cost_cap import STEP_S, STOP_S, STOPPED, _tokens
 from tests.integration.api.test_sdk_echo import batch_file
-from tests.integration.harness import running_worker
+from tests.integration.harness import running_worker, write_config
 from worker.config import Config, EngineConfig
 
 pytestmark = pytest.mark.integration
@@ -24,16 +27,25 @@ pytestmark = pytest.mark.integration
 LINES = 2_000
 
 
-def test_client_run_capped_at_a_fifth_of_its_tokens_stops_within_the_bound(
-    kafka_config: Config, tmp_path: Path
-) -> None:
+@pytest.fixture
+def config(kafka_config: Config) -> Config:
+    """An echo worker paced like a model, a FIFO, a control topic of the test's own."""
     kafka = replace(kafka_config.kafka, control_topic=f"test-control-{uuid.uuid4().hex[:12]}")
-    config = replace(
+    return replace(
         kafka_config,
         kafka=kafka,
         scheduling=replace(kafka_config.scheduling, fair=False),
         engine=EngineConfig(kind="echo", simulated_token_s=STEP_S),
     )
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_client_run_capped_at_a_fifth_of_its_tokens_stops_within_the_bound(
+    config: Config, tmp_path: Path
+) -> None:
     per_line = [sum(_tokens(i)) for i in range(LINES)]
     cap = sum(per_line) // 5
     out, err = tmp_path / "out.jsonl", tmp_path / "errors.jsonl"
@@ -41,8 +53,7 @@ def test_client_run_capped_at_a_fifth_of_its_tokens_stops_within_the_bound(
         status = Client(config).run(
             batch_file(tmp_path / "in.jsonl", LINES), out, err, timeout_s=120, max_tokens=cap
         )
-    output = [json.loads(line) for line in out.read_text().splitlines()]
-    errors = [json.loads(line) for line in err.read_text().splitlines()]
+    output, errors = _lines(out), _lines(err)
 
     # every line once: what ran in the output, what did not in the error file, as 4008
     ids = [str(line["custom_id"]) for line in output + errors]
@@ -70,3 +81,27 @@ def test_client_run_capped_at_a_fifth_of_its_tokens_stops_within_the_bound(
     )
     assert 0 <= overshoot <= bound
     assert len(errors) > LINES / 2  # the cap stopped most of the batch
+
+
+def test_the_cli_run_stops_at_its_cap_and_exits_5_saying_the_spend(
+    config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = 600
+    cap = sum(sum(_tokens(i)) for i in range(lines)) // 5
+    out, err = tmp_path / "out.jsonl", tmp_path / "errors.jsonl"
+    args = ["-c", str(write_config(config, tmp_path / "config.yaml")), "-o", str(out)]
+    args += ["--errors", str(err), "-q", "--timeout", "120", "--max-tokens", str(cap)]
+    with running_worker(config):
+        code = main(["run", str(batch_file(tmp_path / "in.jsonl", lines)), *args])
+    assert code == EXIT_CAPPED
+    output, errors = _lines(out), _lines(err)
+    ids = [str(line["custom_id"]) for line in output + errors]
+    assert len(ids) == len(set(ids)) == lines
+    assert errors and {line["error"]["code"] for line in errors} == {"4008"}
+    spent = sum(line["response"]["body"]["usage"]["total_tokens"] for line in output)
+    captured = capsys.readouterr()
+    batch_id = captured.out.strip()  # run prints the batch id, and only it, on stdout
+    assert (
+        f"batchpipe: {batch_id} stopped at its cap: the batch reached its token cap of "
+        f"{cap:,} ({spent:,} tokens spent); the lines not run are in the error file"
+    ) in captured.err
