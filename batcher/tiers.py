@@ -69,6 +69,7 @@ class Tiers:
         self._tier: dict[str, str] = {}  # active batch -> its tier
         self._priority: dict[str, str] = {}  # active priority batch -> its key, oldest first
         self._allowance: dict[str, float] = {}  # key -> records it may be fed ahead now
+        self._flex_room: int | None = None  # this step's most flex records (None: room)
         #: requests waiting to be fed, per tier
         self.waiting_by_tier: Counter[str] = Counter()
         #: the last slice's tag, what each of its requests adds, its batch's tier, and
@@ -117,10 +118,13 @@ class Tiers:
         """:meth:`FairShare.first_slice` of the tier that would be fed."""
         return (self.main if len(self.main) else self.flex).first_slice(engine)
 
-    def accrue(self, room: int) -> None:
+    def accrue(self, room: int, flex_room: int | None = None) -> None:
         """A step with ``room`` begins: each key with priority work waiting earns its
         share of it, carried to the next step but banked only up to one step's worth or
-        one record (no burst after an idle while)."""
+        one record (no burst after an idle while); flex batches may be fed at most
+        ``flex_room`` in it (the workers' free slots, no cushion: what waits unread in
+        the topic is read before anything fed after it, so flex keeps none there)."""
+        self._flex_room = flex_room
         keys = set(self._priority.values())
         self._allowance = {k: a for k, a in self._allowance.items() if k in keys}
         for key in keys:
@@ -149,9 +153,13 @@ class Tiers:
                 return None  # their room is spent: flex waits too
             self.tag, self.tag_step = self.main.tag, self.main.tag_step
             return picked[0], self._served(*picked)
-        picked = self.flex.next(room, fresh, first)
+        # no overdraft for flex (a newcomer's first slice beyond credit is for the others)
+        limit = room if self._flex_room is None else min(room, self._flex_room)
+        picked = self.flex.next(limit, 0, first)
         if picked is None:
             return None
+        if self._flex_room is not None:
+            self._flex_room -= picked[1]
         self.tag, self.tag_step = FLEX_TAG + self.flex.tag, self.flex.tag_step
         return picked[0], self._served(*picked)
 

@@ -158,9 +158,11 @@ class Credits:
         """Per live worker, how many more records it should get now (may be ≤ 0)."""
         return {name: credit for name, credit, _ in self._live()}
 
-    def room(self) -> int:
-        """How many shared records may be fed now, over every worker."""
-        return sum(max(0, credit) for _, credit, _ in self._live())
+    def room(self, cushion: bool = True) -> int:
+        """How many shared records may be fed now, over every worker; without the
+        ``cushion``, only what their slots take now (the flex tier's room: a flex record
+        left unread in the topic would be read before a default batch fed after it)."""
+        return sum(max(0, credit) for _, credit, _ in self._live(cushion))
 
     def place(self, count: int, over: int = 0, front: int = 0) -> list[int]:
         """Partitions for the next ``count`` shared records (fewer when credit runs out),
@@ -224,7 +226,7 @@ class Credits:
         """Whether any worker reports (a record fed beyond credit has somewhere to go)."""
         return bool(self._live())
 
-    def _live(self) -> list[tuple[str, int, list[int]]]:
+    def _live(self, with_cushion: bool = True) -> list[tuple[str, int, list[int]]]:
         """(worker, credit, the partitions it holds) for every worker reporting."""
         now = self._clock()
         for name in [n for n, w in self._workers.items() if now - w.seen > 10 * STALE_S]:
@@ -244,7 +246,7 @@ class Credits:
                 continue
             positions = dict(d.positions)
             unread = sum(self._count_from(p, positions[p]) + self._given.get(p, 0) for p in mine)
-            cushion = self.cushion(w.rate())
+            cushion = self.cushion(w.rate()) if with_cushion else 0
             out.append((name, d.free + cushion - (d.held - d.running) - unread, mine))
         return out
 

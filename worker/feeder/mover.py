@@ -122,7 +122,8 @@ class Mover:
         # stopped batches: outside shares and credits; a newly active batch's first slice
         # may exceed the credit, by at most one batch unread a worker (newcomers first, §10)
         fresh = self.credits.overdraft()
-        step = self.planner.plan(room, STEP_MAX, fresh, self.credits.rate())
+        flex_room = self.credits.room(cushion=False)  # flex keeps nothing unread (tiers)
+        step = self.planner.plan(room, STEP_MAX, fresh, self.credits.rate(), flex_room)
         if not step.slices and not step.stops and not step.abandoned:
             if self._alive_due():  # idle or full: serve still sees a feeder
                 self._producer.begin_transaction()

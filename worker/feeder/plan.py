@@ -245,7 +245,14 @@ class Planner:
             if batch_id in self.index.batches:
                 self._abandon(batch_id, FeederError(f"no end marker, nothing for {HOLD_S:.0f} s"))
 
-    def plan(self, room: int, budget: int, fresh: int = 0, rate: float = 0.0) -> Step:
+    def plan(
+        self,
+        room: int,
+        budget: int,
+        fresh: int = 0,
+        rate: float = 0.0,
+        flex_room: int | None = None,
+    ) -> Step:
         """Up to ``budget`` records: stopped batches' first (outside the shares and the
         credits), then batches at risk of missing their deadline at the fleet's ``rate``
         (requests a second, :mod:`worker.feeder.deadlines`), earliest deadline first, in
@@ -267,7 +274,7 @@ class Planner:
         cap = self.ahead.slice_cap(len(self.fair))  # a round's slices fit the read-ahead
         risky = self.deadlines.at_risk(rate, self.fair.waiting, self.index.batches)
         self.deadlines.accrue(room, bool(risky))
-        self.fair.accrue(room)  # the priority tier's allowance (batcher/tiers.py)
+        self.fair.accrue(room, flex_room)  # priority's allowance, flex's room (batcher/tiers)
         for batch_id in risky:
             if (edf := min(self.deadlines.allowance(), cap)) < 1:
                 break

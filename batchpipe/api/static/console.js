@@ -150,6 +150,11 @@ function start() {
 
 // -- the list of batches ------------------------------------------------------------------
 
+// the service tier a batch runs in (docs/api.md "Service tiers")
+function tier(batch) {
+  return (batch.batchpipe && batch.batchpipe.tier) || "default";
+}
+
 function batchRow(batch) {
   const c = counts(batch);
   const t = tokens(batch);
@@ -159,6 +164,7 @@ function batchRow(batch) {
     { "data-batch-id": batch.id, "data-status": batch.status },
     el("td", {}, link),
     el("td", {}, el("span", { class: `status ${batch.status}`, text: batch.status })),
+    el("td", { text: tier(batch) }),
     el("td", { class: "progress" }, progressBar(batch, `progress of ${batch.id}`), ` ${c.done} / ${c.total}`),
     el("td", { class: "num", text: `${c.completed} / ${c.failed} / ${c.total}` }),
     el("td", { class: "num", text: t ? `${t.input} / ${t.output}` : "—" }),
@@ -240,6 +246,7 @@ function batchesPage() {
       };
       const outputExpiry = policy($("output-expiry").value);
       if (outputExpiry) request.output_expires_after = outputExpiry;
+      if ($("tier").value !== "default") request.metadata = { batchpipe_tier: $("tier").value };
       const batch = await (await api("POST", "/v1/batches", request)).json();
       status.textContent = `Created batch ${batch.id}.`;
       $("create-form").reset();
@@ -454,6 +461,7 @@ function showBatch(batch) {
   $("batch-fields").replaceChildren(
     ...field("Endpoint", batch.endpoint),
     ...field("Model", batch.model || "—"),
+    ...field("Tier", tier(batch)),
     ...field("Requests", `${c.completed} completed, ${c.failed} failed, ${c.total} in all`),
     ...field("Tokens", t ? `${t.input} in, ${t.output} out, ${t.total} in all` : "—"),
     ...field("Cost", PRICE > 0 ? `${cost(batch)} (at ${PRICE} per 1k tokens)` : "no price set"),

@@ -102,7 +102,7 @@ class Watched:
 
 def _create(page: Page, source: Path, **expiry: str) -> str:
     """Upload ``source`` and create a batch from the list page (``expiry``: the labels of
-    the input and results expiry choices); the new batch's id."""
+    the input and results expiry choices, and of the tier); the new batch's id."""
     page.set_input_files("#batch-file", str(source))
     page.select_option("#endpoint", "/v1/chat/completions")
     for name, label in expiry.items():
@@ -140,7 +140,13 @@ def test_owner_signs_in_creates_watches_downloads_and_cancels(
         expect(page.get_by_role("heading", name="Batches", exact=True)).to_be_visible()
 
         first = _create(
-            page, small, **{"Input file expires after": "1 hour", "Results expire after": "1 day"}
+            page,
+            small,
+            **{
+                "Input file expires after": "1 hour",
+                "Results expire after": "1 day",
+                "Tier": "priority: before the other batches",
+            },
         )
         row = page.locator(f'tr[data-batch-id="{first}"]')
         expect(row).to_have_attribute("data-status", "completed", timeout=WAIT_MS)
@@ -148,11 +154,13 @@ def test_owner_signs_in_creates_watches_downloads_and_cancels(
         expect(bar).to_have_attribute("value", "6")
         expect(bar).to_have_attribute("max", "6")
         expect(row).to_contain_text("6 / 0 / 6")
-        cost = row.locator("td").nth(5).inner_text()
+        expect(row.locator("td").nth(2)).to_have_text("priority")  # the tier asked for
+        cost = row.locator("td").nth(6).inner_text()
         assert float(cost) > 0, cost  # tokens × PRICE / 1000
 
         row.get_by_role("link", name=first).click()
         expect(page.locator("#batch-status")).to_have_text("completed", timeout=WAIT_MS)
+        expect(page.locator("#batch-fields")).to_contain_text("Tierpriority")
         output = _download(page, "Download output", tmp_path / "output.jsonl")
         assert sorted(line["custom_id"] for line in output) == sorted(
             f"small-{i}" for i in range(6)

@@ -35,6 +35,16 @@ def test_flex_is_fed_only_when_no_other_batch_waits() -> None:
     assert tiers.waiting_by_tier == Counter({FLEX: 12, DEFAULT: 0})
 
 
+def test_flex_takes_only_its_own_room_and_never_beyond_credit() -> None:
+    tiers = Tiers(64)
+    tiers.add("flex", 100, tier=FLEX)
+    tiers.accrue(10, flex_room=3)  # the workers' free slots, no cushion
+    assert tiers.next(10) == ("flex", 3)
+    assert tiers.next(7) is None
+    tiers.accrue(0, flex_room=0)
+    assert tiers.next(0, fresh=32) is None  # a newcomer's overdraft is not flex's
+
+
 def test_flex_waits_while_the_other_tiers_room_is_spent() -> None:
     tiers = Tiers(4)
     tiers.add("flex", 20, tier=FLEX)
