@@ -346,16 +346,17 @@ class Client:
         max_tokens: int | None = None,
         max_cost_usd: float | None = None,
         progress: Progress | None = None,
+        tier: str = DEFAULT,
     ) -> BatchStatus:
         """:meth:`submit_file`, then :meth:`collect` until every line is answered, as
         ``batchpipe run``: under ``max_tokens``/``max_cost_usd`` (see :meth:`collect`;
         a cost cap needs a file of one model with a price), read before anything is
-        published, so a bad cap publishes nothing."""
+        published, so a bad cap publishes nothing; ``tier`` as :meth:`submit`."""
         scan = scan_file(path, self.limits)
         model = next(iter(scan.models)) if len(scan.models) == 1 else None
         given_cap(max_tokens, max_cost_usd, model, self.config.api.prices)
         receipt = self._publish(
-            iter_file(path, self.limits), scan.total, batch_id, scan.models, None, "", DEFAULT
+            iter_file(path, self.limits), scan.total, batch_id, scan.models, None, "", tier
         )
         return self.collect(
             receipt.batch_id,
