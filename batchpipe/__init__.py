@@ -8,6 +8,7 @@ raises derives from :class:`BatchpipeError`.
 from __future__ import annotations
 
 from batchpipe.batchfile import BatchFileError, FileLimits, LineProblem
+from batchpipe.caps import CapError
 from batchpipe.client import (
     BatchNotFoundError,
     BatchStatus,
@@ -23,6 +24,7 @@ __all__ = [
     "BatchNotFoundError",
     "BatchStatus",
     "BatchpipeError",
+    "CapError",
     "Client",
     "CollectTimeoutError",
     "FileLimits",

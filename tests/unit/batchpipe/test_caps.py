@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from batchpipe.caps import Cap, CapError, CapWatch, given_cap
+import batchpipe
+from batchpipe.caps import Cap, CapWatch, given_cap
 from worker.errors import ErrorCode
 from worker.kafka.cancellations import Stop
 
@@ -45,7 +46,7 @@ def test_a_given_cap_is_read_and_priced_as_serve_reads_one() -> None:
 def test_a_given_cap_out_of_bounds_names_its_field(
     tokens: object, cost: object, model: str | None, param: str
 ) -> None:
-    with pytest.raises(CapError) as raised:
+    with pytest.raises(batchpipe.CapError) as raised:  # the package exports it
         given_cap(tokens, cost, model, PRICES)
     assert raised.value.param == param
     assert str(raised.value).startswith(f"{param}: ")
