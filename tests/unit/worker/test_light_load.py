@@ -61,6 +61,9 @@ def test_a_lone_request_leaves_the_batcher_at_timeout_ms_whatever_the_commits_do
         step_clock(r, clock, admitted + 0.095)
         assert r.engine.batches == [], "released before timeout_ms with room for more"
         step_clock(r, clock, admitted + 0.1 + 2 * STEP_S)
+        # the batch reaches the engine on the engine's own thread: wait for it there (a
+        # bound in real time), or a busy machine fails this before that thread ran
+        assert r.engine.entered.wait(WAIT_S), "the released batch never reached the engine"
         assert r.engine.batches == [("hello",)]
         # the engine runs on its own thread: step until it answered (a bound in real time:
         # the patched monotonic clock is the whole process's)
