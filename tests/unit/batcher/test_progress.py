@@ -105,6 +105,6 @@ def test_a_chain_of_owners_answers_every_record_once(
             answers[offset] += 1
             last.done(P0, offset)
     assert last.position(P0) in (None, length)
-    assert min(answers) == 1  # nothing lost
+    assert min(answers) >= 1  # nothing lost (a stale record may repeat, never lose)
     if not stale:
         assert max(answers) == 1  # and, reading the current record, nothing repeated
