@@ -25,8 +25,9 @@ BENCH = Path(run_all.__file__).resolve().parent
 # and submit's lines a second before and after (publish: run by hand under the heavy lock
 # with the other tree; issue 49), what partial results cost, a million-line answer log
 # written, paged through the route and split (partial: run by hand under the heavy lock;
-# issue 50), and the check for a machine with a GPU (gpu_check and
-# its sections)
+# issue 50), service tiers through serve (tiers: run by hand under the heavy lock, and by
+# tests/integration/api/test_tiers_api.py; issue 50), and the check for a machine with a
+# GPU (gpu_check and its sections)
 NOT_BENCHMARKS = {"__init__", "common", "plot", "figures", "tables", "run_all", "mover"} | {
     "fairness_arms",
     "fairness_variants",
@@ -37,6 +38,7 @@ NOT_BENCHMARKS = {"__init__", "common", "plot", "figures", "tables", "run_all", 
     "takeover",
     "publish",
     "partial",
+    "tiers",
     "openai_standin",
     "gpu_check",
     "gpu_check_hf",
