@@ -22,6 +22,8 @@ pytestmark = pytest.mark.integration
 
 ALLOWED_LABELS = {"model", "status", "code", "kind", "stage", "topic", "partition", "outcome"}
 ALLOWED_LABELS |= {"version", "engine", "le"}
+# the feeder's per-tier series: three values at most (batcher.tiers.TIERS)
+ALLOWED_LABELS |= {"tier"}
 
 
 class GatedEngine(EchoEngine):
