@@ -58,6 +58,7 @@ from batchpipe.collect import (
     records,
     write_result,
 )
+from batchpipe.deliveries import Deliveries
 from batchpipe.direct import publish_direct
 from batchpipe.paced import paced
 from batchpipe.progress import Progress
@@ -135,15 +136,9 @@ class _Stamp:
         return topic, value, list(headers)
 
 
-def _flush(producer: Producer, failed: list[KafkaError]) -> None:
+def _flush(producer: Producer, deliveries: Deliveries) -> None:
     """Wait for every delivery; ``KafkaException`` if one failed or some never came."""
-    left = producer.flush(DELIVERY_TIMEOUT_S + 5)
-    if failed:
-        raise KafkaException(failed[0])
-    if left:
-        raise KafkaException(
-            KafkaError(KafkaError._MSG_TIMED_OUT, f"{left} records not acknowledged")
-        )
+    deliveries.check(producer.flush(DELIVERY_TIMEOUT_S + 5))
 
 
 def check_name(text: str, what: str) -> str:
@@ -453,20 +448,13 @@ class Client:
         last stable offset. A heartbeat goes out whenever no line came for
         :data:`ALIVE_S`, so the feeder tells a slow publisher from a dead one."""
         kafka, max_tokens = self.config.kafka, self.config.generation.max_tokens
-        failed: list[KafkaError] = []
-
-        def delivered(error: KafkaError | None, _msg: object) -> None:
-            if error is not None and not failed:
-                failed.append(error)
-
+        deliveries = Deliveries()
         producer = clients.producer(
             kafka,
             extra={
                 **extra,
                 "message.timeout.ms": int(DELIVERY_TIMEOUT_S * 1000),
-                # a report for each failure only: one per record cost 7 % of submit's
-                # lines a second (bench/publish.py)
-                "on_delivery": delivered,
+                "on_delivery": deliveries.report,
                 "delivery.report.only.error": True,
             },
         )
@@ -476,8 +464,7 @@ class Client:
         last = time.monotonic()
         try:
             for req in paced(requests, CHUNK_S):
-                if failed:
-                    raise KafkaException(failed[0])
+                deliveries.check()
                 if req is None:  # no line for CHUNK_S: the store is slow, not the publisher dead
                     if time.monotonic() - last >= ALIVE_S:
                         for topic in topics:
@@ -493,11 +480,11 @@ class Client:
                 last = time.monotonic()
             # every record acknowledged before the marker says they are all there: a
             # record that failed is never covered by a marker (the feeder also counts)
-            _flush(producer, failed)
+            _flush(producer, deliveries)
             for topic, count in counts.items():
                 marker = end_marker(stamp.batch_id, share, key, count)
                 produce(producer, topic, None, None, marker)
-            _flush(producer, failed)
+            _flush(producer, deliveries)
         except BaseException:
             clients.forget_topics(kafka.bootstrap_servers)  # a topic may be gone: ask again
             raise

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaError, KafkaException
 
+from batchpipe.deliveries import Deliveries
 from batchpipe.paced import paced
 from worker.config import KafkaConfig
 from worker.kafka import clients
@@ -81,20 +82,15 @@ def publish_direct(
     """Publish ``requests`` (``encode`` gives each one's topic, value and headers) and seal
     them as batch ``batch_id``; returns how many. Raises ``KafkaException`` when the batch
     is not sealed (it is then void: no worker runs any of it)."""
-    failed: list[KafkaError] = []
-
-    def delivered(error: KafkaError | None, _msg: object) -> None:
-        if error is not None and not failed:
-            failed.append(error)
-
+    deliveries = Deliveries()
     clients.ensure_topics(kafka, [kafka.control_topic], partitions=1, compacted=True)
     producer = clients.producer(
         kafka,
         extra={
             **extra,
             "message.timeout.ms": int(SEAL_HOLD_S * 1000),
-            "on_delivery": delivered,
-            "delivery.report.only.error": True,  # per-record reports cost lines/s
+            "on_delivery": deliveries.report,
+            "delivery.report.only.error": True,
         },
     )
     signs = _Signs(producer, kafka.control_topic, batch_id)
@@ -102,17 +98,16 @@ def publish_direct(
     try:
         signs.write("open")
         for req in paced(requests, CHUNK_S):
-            if failed:
-                raise KafkaException(failed[0])
+            deliveries.check()
             signs.alive()
             if req is None:
                 continue
             topic, value, headers = encode(req)
             produce(producer, topic, req.custom_id.encode(), value, [*headers, _SEALED])
             count += 1
-        _deliver(producer, failed, signs)
+        _deliver(producer, deliveries, signs)
         signs.write("sealed", count)
-        _deliver(producer, failed, signs)
+        _deliver(producer, deliveries, signs)
     except BaseException:
         clients.forget_topics(kafka.bootstrap_servers)  # a topic may be gone: ask again
         # best effort: the workers give the batch up without it too, after GIVE_UP_S
@@ -126,17 +121,12 @@ def publish_direct(
 _SEALED = (SEAL_HEADER, SEAL_VALUE)
 
 
-def _deliver(producer: KafkaProducer, failed: list[KafkaError], signs: _Signs) -> None:
+def _deliver(producer: KafkaProducer, deliveries: Deliveries, signs: _Signs) -> None:
     """Wait for every delivery, signing meanwhile; ``KafkaException`` if one failed or some
     never came within :data:`DELIVERY_WAIT_S`."""
     deadline = time.monotonic() + DELIVERY_WAIT_S
     while (left := producer.flush(min(1.0, ALIVE_S / 2))) and time.monotonic() < deadline:
-        if failed:
+        if deliveries.failed is not None:
             break
         signs.alive()
-    if failed:
-        raise KafkaException(failed[0])
-    if left:
-        raise KafkaException(
-            KafkaError(KafkaError._MSG_TIMED_OUT, f"{left} records not acknowledged")
-        )
+    deliveries.check(left)
