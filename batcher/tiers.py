@@ -23,6 +23,9 @@ A batch asks for one tier (docs/architecture.md §10, "Service tiers"):
 Fair share (keys, then batches, by weight) and deadlines hold within a tier: a flex batch
 at risk of missing its deadline is rushed only while nothing else waits.
 
+A key whose allowance is 0 could never have a batch fed ahead, so its publishers refuse
+``priority`` (:func:`check_allowance`) rather than run the batch as default in silence.
+
 Pure logic: no I/O and no clock (:mod:`worker.feeder.plan` plans the steps).
 """
 
@@ -30,8 +33,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from batcher.errors import BatchpipeError
 from batcher.fairshare import FairShare
 
 PRIORITY, DEFAULT, FLEX = "priority", "default", "flex"
@@ -53,6 +57,31 @@ def tier_of(text: str) -> str:
 def clamp_share(share: float) -> float:
     """A priority share within [0, 1]; NaN is 0 (no priority)."""
     return 0.0 if math.isnan(share) else min(1.0, max(0.0, share))
+
+
+def priority_share(shares: Mapping[str, float], key: str) -> float:
+    """``key``'s allowance: ``shares[key]``, else ``shares["*"]``, else
+    :data:`DEFAULT_PRIORITY_SHARE` (``shares`` is ``scheduling.priority_shares``), clamped."""
+    return clamp_share(shares.get(key, shares.get("*", DEFAULT_PRIORITY_SHARE)))
+
+
+class TierRefusedError(BatchpipeError, ValueError):
+    """A batch asks for ``priority`` from a key whose allowance is 0."""
+
+
+def check_allowance(tier: str, shares: Mapping[str, float], key: str, field: str) -> str:
+    """``tier``, unless it is ``priority`` and ``key``'s allowance is 0: then
+    :class:`TierRefusedError` naming ``field`` (where the publisher's caller wrote the
+    tier), the allowance and the entry of ``scheduling.priority_shares`` that set it."""
+    if tier != PRIORITY or priority_share(shares, key) > 0:
+        return tier
+    entry = key if key in shares else "*"  # only an entry gives 0: the default is 0.5
+    raise TierRefusedError(
+        f"{field}: 'priority' is refused for key {key!r}: its priority allowance is 0 "
+        f"(scheduling.priority_shares[{entry!r}] = {shares[entry]:g}), so none of its "
+        "batches would be fed ahead; submit it in the default tier, or ask the operator "
+        "for a share above 0"
+    )
 
 
 class Tiers:

@@ -7,6 +7,7 @@ raises derives from :class:`BatchpipeError`.
 
 from __future__ import annotations
 
+from batcher.tiers import TierRefusedError
 from batchpipe.batchfile import BatchFileError, FileLimits, LineProblem
 from batchpipe.caps import CapError
 from batchpipe.client import (
@@ -31,4 +32,5 @@ __all__ = [
     "LineProblem",
     "PublishIncompleteError",
     "SubmitReceipt",
+    "TierRefusedError",
 ]

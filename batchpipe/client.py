@@ -38,7 +38,7 @@ from confluent_kafka import (
 )
 from msgspec import structs
 
-from batcher.tiers import DEFAULT
+from batcher.tiers import DEFAULT, check_allowance
 from batchpipe.batchfile import (
     DEFAULT_LIMITS,
     FileLimits,
@@ -307,7 +307,10 @@ class Client:
         tier: ``"priority"`` (fed ahead of the default tier within the key's allowance,
         ``scheduling.priority_shares``), ``"default"`` or ``"flex"`` (fed only from
         capacity no other batch wants); ``ValueError`` for any other, or for a tier other
-        than ``"default"`` without ``scheduling.fair`` (a FIFO has no tiers).
+        than ``"default"`` without ``scheduling.fair`` (a FIFO has no tiers);
+        :class:`~batcher.tiers.TierRefusedError` (nothing published) for ``"priority"``
+        when this client's ``scheduling.priority_shares`` gives ``key`` an allowance of 0
+        (the feeder's configuration decides the rest: docs/api.md "Service tiers").
         """
         checked = validate_requests(requests, self.limits)
         models = {r.model for r in checked}
@@ -405,6 +408,7 @@ class Client:
             raise ValueError(
                 f"tier {tier!r}: applies with scheduling.fair only (a FIFO has no tiers)"
             )
+        check_allowance(tier, self.config.scheduling.priority_shares, key, "tier")
         # every model is routed before anything is produced: a refused batch leaves no
         # record at all (aborted records still reach readers on some brokers, §7)
         routes = {model: self.routing.topic_for(model) for model in models}

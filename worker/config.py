@@ -241,7 +241,8 @@ class SchedulingConfig:
     quantum: int = 64  # requests a batch of weight 1 is fed per turn
     # service tiers: a key's owner (or "*" for every key not named) -> the share of each
     # feed step its "priority" batches are fed ahead of the default tier, in [0, 1]; an
-    # owner not named (and no "*") gets 0.5; beyond it they are fed as default ones
+    # owner not named (and no "*") gets 0.5; beyond it they are fed as default ones; an
+    # owner with 0 has "priority" refused by its publishers (batcher.tiers.check_allowance)
     # (batcher/tiers.py, docs/architecture.md §10 "Service tiers")
     priority_shares: Mapping[str, float] = field(default_factory=dict)
     # how much is fed is not set here: each worker reports what it can take and the feeder

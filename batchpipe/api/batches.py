@@ -102,7 +102,7 @@ def create_from(svc: Services, body: Mapping[str, Any], who: str) -> BatchRecord
     except ValueError as exc:
         raise bad_request(str(exc), f"metadata.{WEIGHT_METADATA}") from exc
     try:
-        batch_tier(metadata)
+        batch_tier(svc.config, who, metadata)
     except ValueError as exc:
         raise bad_request(str(exc), f"metadata.{TIER_METADATA}") from exc
     file_id = body.get("input_file_id")

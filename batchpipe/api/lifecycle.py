@@ -7,7 +7,9 @@ is read; else in one transaction) → ``in_progress`` → once every request is 
 → ``completed``. A file whose lines address another endpoint than the batch's ends
 ``failed``, with ``errors.data`` naming the lines. Past ``expires_at`` an unfinished batch
 is stopped (control topic, 4006) and ends ``expired``. A batch whose model has no route
-(``kafka.routes`` changed since it was created) ends ``failed`` naming the model. A cancel
+(``kafka.routes`` changed since it was created) ends ``failed`` naming the model; one
+asking for ``priority`` from a key whose allowance is now 0 (``scheduling.priority_shares``
+changed since) ends ``failed`` naming ``metadata.batchpipe_tier``. A cancel
 writes ``cancelling`` and a stop record that every worker reads (4005); the batch ends
 ``cancelled`` once every request is answered, or ``api.cancel_grace_s`` after the cancel,
 whichever comes first. A batch whose spend reaches its cap (:mod:`batchpipe.api.costcap`)
@@ -46,6 +48,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException
 
+from batcher.tiers import TierRefusedError
 from batchpipe.api import retention
 from batchpipe.api.answerlog import answers_dir, answers_root
 from batchpipe.api.assemble import assemble
@@ -56,7 +59,7 @@ from batchpipe.api.records import BatchRecord, Counts, Usage
 from batchpipe.api.retention import Retention
 from batchpipe.api.state import KafkaUnavailable, StaleRecord, StateTopic
 from batchpipe.api.store import FileStore
-from batchpipe.api.tiers import shown_tier
+from batchpipe.api.tiers import TIER_METADATA, published_tier
 from batchpipe.api.weights import published_weight
 from batchpipe.batchfile import FileLimits
 from batchpipe.client import Client
@@ -239,10 +242,19 @@ class Lifecycle:
                     (batch.model,),
                     weight=published_weight(self._config, batch.owner, batch.metadata),
                     key=batch.owner,
-                    tier=shown_tier(batch.metadata),
+                    tier=published_tier(self._config, batch.owner, batch.metadata),
                 )
             except UnroutedModelError as exc:
                 error = {"code": str(exc.code), "message": str(exc), "param": "model", "line": None}
+                self._transition(batch_id, "validating", status="failed", errors=(error,))
+                return
+            except TierRefusedError as exc:  # nothing was published
+                error = {
+                    "code": "priority_not_allowed",
+                    "message": str(exc),
+                    "param": f"metadata.{TIER_METADATA}",
+                    "line": None,
+                }
                 self._transition(batch_id, "validating", status="failed", errors=(error,))
                 return
         self._transition(batch_id, "validating", status="in_progress")

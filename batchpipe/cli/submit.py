@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from batcher.tiers import DEFAULT, TIERS
+from batcher.tiers import DEFAULT, TIERS, check_allowance
 from batchpipe.batchfile import FileLimits, scan_file
 from batchpipe.caps import MAX_CAP_TOKENS, MAX_CAP_USD, Cap, given_cap
 from batchpipe.cli.config import load, reach
@@ -100,7 +100,8 @@ def _submit_options(submit: argparse.ArgumentParser) -> None:
         choices=TIERS,
         default=DEFAULT,
         help="with scheduling.fair: the batch's service tier: priority (fed ahead of the "
-        "default tier, within the key's allowance, scheduling.priority_shares), default, or "
+        "default tier, within the key's allowance, scheduling.priority_shares; refused for "
+        "a key whose allowance is 0), default, or "
         "flex (fed only from capacity no other batch wants, the first to give way)",
     )
     limits = FileLimits()
@@ -181,6 +182,8 @@ def _publish(args: argparse.Namespace) -> tuple[Client, SubmitReceipt, Cap, str 
             check_name(text or "", flag)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
+    # a TierRefusedError (exit 2) before the file is read: the key's allowance is 0
+    check_allowance(args.tier, config.scheduling.priority_shares, args.key, "--tier")
     # a bad file or a model without a route is refused before Kafka is asked
     scan = scan_file(args.file, limits)
     model = next(iter(scan.models)) if len(scan.models) == 1 else None

@@ -9,10 +9,13 @@ fleet after its first slice: the priority test fails if the tier is not honoured
 flex test (both keys weigh 1) does if flex takes its fair half. Each bound is measured
 against the same run's time alone; the priority bound compares the best of four rounds
 of each (serve's publish now and then adds 0.5 s to a batch, loaded or alone).
+``priority`` from a key whose allowance (``scheduling.priority_shares``) is 0 is a 400
+naming ``metadata.batchpipe_tier``, and nothing of it is published.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import openai
@@ -27,6 +30,7 @@ from bench.tiers import (
     tier_config,
 )
 from tests.integration.api.conftest import Serve, sdk
+from tests.integration.api.test_http_errors import published
 from tests.integration.api.test_sdk_echo import batch_file, wait_for
 from tests.integration.harness import running_worker
 from worker.config import Config
@@ -89,3 +93,38 @@ def test_the_tier_is_shown_and_a_bad_one_is_a_400_naming_the_field(
         assert wait_for(client, made.id, {"completed"}, 120).status == "completed"
         listed = {b.id: (b.model_extra or {})["batchpipe"]["tier"] for b in client.batches.list()}
         assert listed[made.id] == "flex" and listed[plain.id] == "default"
+
+
+def test_priority_from_a_key_without_allowance_is_a_400_and_nothing_is_published(
+    api_config: Config, serve: Serve, tmp_path: Path
+) -> None:
+    scheduling = replace(api_config.scheduling, priority_shares={"bob": 0.0})
+    config = replace(api_config, scheduling=scheduling)
+    with serve(config) as server, running_worker(config):
+        alice, bob = sdk(server), sdk(server, "sk-bob")
+        path = batch_file(tmp_path / "in.jsonl", 3)
+        bobs = bob.files.create(file=path.open("rb"), purpose="batch")
+        before = published(config)
+        with pytest.raises(openai.BadRequestError) as refused:
+            bob.batches.create(
+                input_file_id=bobs.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+                metadata={"batchpipe_tier": "priority"},
+            )
+        assert refused.value.param == "metadata.batchpipe_tier", refused.value
+        assert "allowance is 0 (scheduling.priority_shares['bob'] = 0)" in str(refused.value)
+        assert list(bob.batches.list()) == [] and published(config) == before
+        # alice's allowance is the default, 0.5: her priority batch runs as priority
+        alices = alice.files.create(file=path.open("rb"), purpose="batch")
+        made = alice.batches.create(
+            input_file_id=alices.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            metadata={"batchpipe_tier": "priority"},
+        )
+        assert (made.model_extra or {})["batchpipe"]["tier"] == "priority"
+        done = wait_for(alice, made.id, {"completed", "failed"}, 120)
+        assert done.status == "completed" and done.request_counts is not None, done
+        assert done.request_counts.completed == 3, done
+        assert list(bob.batches.list()) == []  # the refused batch never appeared

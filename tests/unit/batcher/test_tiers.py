@@ -5,10 +5,23 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from batcher.tiers import DEFAULT, FLEX, FLEX_TAG, PRIORITY, Tiers, clamp_share, tier_of
+from batcher.errors import BatchpipeError
+from batcher.tiers import (
+    DEFAULT,
+    FLEX,
+    FLEX_TAG,
+    PRIORITY,
+    TierRefusedError,
+    Tiers,
+    check_allowance,
+    clamp_share,
+    priority_share,
+    tier_of,
+)
 
 
 def steps(tiers: Tiers, rounds: int, room: int) -> Counter[str]:
@@ -139,6 +152,24 @@ def test_a_batch_keeps_its_first_tier_and_unknown_tiers_are_default() -> None:
     assert tiers.waiting_by_tier == Counter({FLEX: 4})
     assert tiers.remove("b") == 4 and "b" not in tiers and len(tiers) == 0
     assert clamp_share(float("nan")) == 0.0 and clamp_share(7.0) == 1.0
+
+
+def test_a_keys_allowance_is_its_entry_else_stars_else_a_half_and_zero_refuses_priority() -> None:
+    shares = {"alice": 0.3, "bob": 0.0, "eve": -2.0, "*": 0.1}
+    assert priority_share(shares, "alice") == 0.3 and priority_share(shares, "carol") == 0.1
+    assert priority_share({"alice": 7.0}, "alice") == 1.0
+    assert priority_share({}, "carol") == priority_share({"alice": 0.0}, "carol") == 0.5
+    for tier in (DEFAULT, FLEX):  # only priority asks for an allowance
+        assert check_allowance(tier, shares, "bob", "--tier") == tier
+    assert check_allowance(PRIORITY, shares, "carol", "--tier") == PRIORITY
+    for key, entry in (("bob", "'bob'] = 0"), ("eve", "'eve'] = -2"), ("carol", "'*'] = 0")):
+        stars = {**shares, "*": 0.0}
+        with pytest.raises(TierRefusedError) as refused:
+            check_allowance(PRIORITY, stars, key, "metadata.batchpipe_tier")
+        assert isinstance(refused.value, BatchpipeError) and isinstance(refused.value, ValueError)
+        message = str(refused.value)
+        assert message.startswith(f"metadata.batchpipe_tier: 'priority' is refused for key {key!r}")
+        assert f"allowance is 0 (scheduling.priority_shares[{entry})" in message, message
 
 
 @given(
