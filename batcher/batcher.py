@@ -65,6 +65,7 @@ from typing import Generic
 
 from batcher.dedup import DedupIndex
 from batcher.formation import select
+from batcher.tiers import FLEX_TAG
 from batcher.types import Batch, BatchLimits, Partition, Pending, Reason, T
 
 # Queue order: virtual arrival (arrival − priority·priority_aging_s, or a little earlier
@@ -103,6 +104,7 @@ class DynamicBatcher(Generic[T]):
         # at least every queued tag (the highest since the queue was last empty): a tag at
         # or above it goes to its own place without a look at the queue
         self._tag_ceiling = -math.inf
+        self._flex_queued = 0  # queued flex-tier items: take(flex=False) passes them by
 
     @property
     def max_batch_size(self) -> int:
@@ -118,6 +120,11 @@ class DynamicBatcher(Generic[T]):
     def __len__(self) -> int:
         """Queued items (not running, followers excluded)."""
         return len(self._order)
+
+    @property
+    def flex_queued(self) -> int:
+        """Queued flex-tier items (their tag at or above :data:`~batcher.tiers.FLEX_TAG`)."""
+        return self._flex_queued
 
     def in_flight(self) -> int:
         """Every item added and not yet completed, dropped or expired, followers included."""
@@ -166,9 +173,15 @@ class DynamicBatcher(Generic[T]):
         """Release a batch if one is due (or ``flush`` and anything is queued)."""
         return self.take(now, self._max_batch_size, self.limits.max_batch_tokens, flush=flush)
 
-    def take(self, now: float, sequences: int, tokens: int, flush: bool = False) -> Batch[T] | None:
+    def take(
+        self, now: float, sequences: int, tokens: int, flush: bool = False, flex: bool = True
+    ) -> Batch[T] | None:
         """The next requests for an engine with room for ``sequences`` more requests and
         ``tokens`` more tokens (prompt + ``max_tokens`` each), if they are due.
+
+        ``flex=False``: the engine takes no flex-tier request now (its tag at or above
+        :data:`~batcher.tiers.FLEX_TAG`, :attr:`Capacity.flex`): the same rules apply to
+        the other queued requests alone, and the flex ones keep their places.
 
         :meth:`next_batch` is ``take`` with a whole batch's room; an in-flight engine's
         feeder passes the room left beside what already runs. The same rules apply to the
@@ -181,8 +194,14 @@ class DynamicBatcher(Generic[T]):
         """
         if not self._order or sequences < 1:
             return None
-        full = len(self._order) >= sequences or self._queued_tokens > tokens
-        wake = self.wake_at()
+        order, queued_tokens, wake = self._order, self._queued_tokens, self.wake_at()
+        if not flex and self._flex_queued:
+            order = [entry for entry in order if not _is_flex(entry[1])]
+            if not order:
+                return None
+            queued_tokens = sum(self._queued[entry[-1]].tokens for entry in order)
+            wake = min(entry[3] for entry in order) + self.limits.timeout_s
+        full = len(order) >= sequences or queued_tokens > tokens
         reason: Reason
         if full:
             reason = "full"
@@ -197,7 +216,7 @@ class DynamicBatcher(Generic[T]):
         # request what a shallow one does (issue 48: prefetch 4096 spent 0.7 s of 7.5 in
         # ranking 4,000 queued requests for each of 188 batches)
         window = max(FORMATION_WINDOW, FORMATION_WINDOW_BATCHES * sequences)
-        queue = [self._queued[entry[-1]] for entry in self._order[:window]]
+        queue = [self._queued[entry[-1]] for entry in order[:window]]
         if queue[0].tokens > tokens:
             return None
         items = select(
@@ -337,6 +356,7 @@ class DynamicBatcher(Generic[T]):
         self._tag_ceiling = max(self._tag_ceiling, entry[1])
         self._queued[item.key] = item
         self._queued_tokens += item.tokens
+        self._flex_queued += _is_flex(entry[1])
         heapq.heappush(self._arrivals, (item.arrival, self._seq[item.key], item.key))
         # Stale heap entries are dropped lazily; compact when they dominate.
         if len(self._arrivals) > 2 * len(self._order) + 64:
@@ -348,6 +368,7 @@ class DynamicBatcher(Generic[T]):
         del self._order[bisect.bisect_left(self._order, entry)]
         del self._queued[item.key]
         self._queued_tokens -= item.tokens
+        self._flex_queued -= _is_flex(entry[1])
         if not self._order:
             self._tag_ceiling = -math.inf
 
@@ -362,3 +383,8 @@ class DynamicBatcher(Generic[T]):
         self._entries.pop(item.key, None)
         if item.deadline is not None:
             self._with_deadline -= 1
+
+
+def _is_flex(tag: float) -> bool:
+    """A flex-tier request's tag (an untagged request's place holds ``inf``: not flex)."""
+    return FLEX_TAG <= tag < math.inf

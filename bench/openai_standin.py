@@ -24,7 +24,7 @@ import asyncio
 import hashlib
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,8 @@ class StandIn:
     keyfile: str = ""
     requests: int = 0  # requests received (every endpoint but /models and /metrics)
     completed: int = 0  # generation requests answered
+    #: generation requests received, by the first word of their prompt (who sent them)
+    arrivals: Counter[str] = field(default_factory=Counter)
     hang: bool = False
     authorization: str = ""  # the last request's Authorization header
     _fail_status: int = 0
@@ -140,6 +142,7 @@ class StandIn:
     async def _generate(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         prompt = _prompt_text(path, body)
         words = prompt.split() or ["ok"]
+        self.arrivals[words[0]] += 1
         limit = int(body.get("max_tokens") or body.get("max_output_tokens") or 16)
         sequence = _Sequence(words, limit, asyncio.get_running_loop().create_future())
         self._waiting.append(sequence)

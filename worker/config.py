@@ -119,6 +119,9 @@ class RemoteConfig:
     metrics_url: str = ""
     max_waiting: int = 0
     metrics_interval_ms: int = 500
+    # flex-tier requests start only after the server showed no pressure (a queue reading
+    # above 0, a 429/502-504, a timeout, an answer slower than latency_target_ms) this long
+    flex_quiet_ms: int = 2000
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,14 @@ answer read with the official SDK's types, through a 429 storm and a server that
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from batchpipe import Client
@@ -145,3 +147,101 @@ def test_cancelling_a_batch_closes_its_calls_to_the_server(
         assert engine.capacity().sequences == 4, "the aborted calls gave their room back"
         assert engine._snapshot().in_flight == 0
     assert server.requests == 4, "no call was sent for a cancelled request"
+
+
+def tier_lines(who: str, n: int) -> Lines:
+    """Chat lines whose prompt starts with ``who``: the stand-in counts them by it."""
+    body = {"model": MODEL, "max_tokens": 8}
+    return [
+        {
+            "custom_id": f"{who}{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {**body, "messages": [{"role": "user", "content": f"{who} {i} " + "w " * 8}]},
+        }
+        for i in range(n)
+    ]
+
+
+class Interactive:
+    """The server's own users: ``clients`` threads sending chat requests back to back
+    straight to it (never through batchpipe) until stopped."""
+
+    def __init__(self, server: StandIn, clients: int) -> None:
+        self._url = f"{server.base_url}/chat/completions"
+        self._stop = threading.Event()
+        self.answered = 0
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._user, daemon=True) for _ in range(clients)]
+        for thread in self._threads:
+            thread.start()
+
+    def _user(self) -> None:
+        content = "interactive " + "w " * 8
+        body = {"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": content}]}
+        with httpx.Client(timeout=WAIT_S) as http:
+            while not self._stop.is_set():
+                assert http.post(self._url, json=body).status_code == 200
+                with self._lock:
+                    self.answered += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(WAIT_S)
+
+
+def until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {WAIT_S} s for {what}"
+        time.sleep(0.02)
+
+
+def test_a_flex_batch_gives_way_to_the_servers_interactive_traffic_and_a_default_one_does_not(
+    kafka_config: Config, server: StandIn
+) -> None:
+    """Issue 50: with the remote engine, flex yields to the server's interactive traffic
+    first. A flex batch runs alone; the server's own users start a steady load that keeps
+    its queue non-empty (8 clients, 4 running slots). The worker stops starting flex
+    requests — none reaches the server while the load lasts — yet a default-tier batch
+    submitted during the same load is sent and finishes (the queue gate lets the other
+    tiers send up to ``max_waiting``). When the load ends, the flex batch finishes:
+    every line of both answered once."""
+    server.max_running, server.token_s = 4, 0.01
+    config = remote_config(
+        kafka_config,
+        server,
+        metrics_url=f"http://127.0.0.1:{server.port}/metrics",
+        metrics_interval_ms=100,
+        max_waiting=64,  # the other tiers send through a queue this deep
+        flex_quiet_ms=1000,
+        initial_concurrency=8,
+    )
+    config = replace(config, scheduling=replace(config.scheduling, fair=True))
+    client = Client(config)
+    flex = client.submit(tier_lines("flex", 300), tier="flex")
+    with running_worker(config) as worker:
+        engine = worker.engine
+        assert isinstance(engine, RemoteEngine)
+        until(lambda: server.arrivals["flex"] >= 10, "the flex batch to reach the server")
+        load = Interactive(server, clients=8)
+        try:
+            until(lambda: not engine._snapshot().flex_open, "flex to give way")
+            until(lambda: engine._snapshot().in_flight == 0, "the flex calls sent to end")
+            flex_sent, answered = server.arrivals["flex"], load.answered
+            assert flex_sent < 300, "the load began before the flex batch was all sent"
+            default = client.submit(tier_lines("default", 20))
+            until(lambda: server.arrivals["default"] == 20, "the default batch sent")
+            results = list(client.results(default.batch_id, timeout_s=WAIT_S))
+            assert sorted(r.custom_id for r in results) == sorted(f"default{i}" for i in range(20))
+            assert all(r.error is None for r in results)
+            until(lambda: load.answered >= answered + 40, "40 more interactive answers")
+            assert server.arrivals["flex"] == flex_sent, "a flex request went in the load"
+            assert not engine._snapshot().flex_open
+        finally:
+            load.stop()
+        results = list(client.results(flex.batch_id, timeout_s=WAIT_S))
+        assert sorted(r.custom_id for r in results) == sorted(f"flex{i}" for i in range(300))
+        assert all(r.error is None for r in results)
+        assert server.arrivals["flex"] == 300, "each flex request sent once"

@@ -292,10 +292,18 @@ FeedMode = Literal["static", "in_flight"]
 @dataclass(frozen=True)
 class Capacity:
     """How much more an in-flight engine takes now: sequences, and tokens counted as
-    prompt + ``max_tokens`` of each sequence (what its KV cache must be able to hold)."""
+    prompt + ``max_tokens`` of each sequence (what its KV cache must be able to hold).
+
+    ``flex``: whether a flex-tier request (the feeder's tag at or above
+    :data:`batcher.tiers.FLEX_TAG`) may start now. Only an engine that shares its server
+    with traffic the worker cannot see closes it (the remote engine, while that server
+    shows pressure: :mod:`worker.engines.remote.gate`); the worker then starts only the
+    other tiers' requests, and the flex ones wait in its queue, not on the engine.
+    """
 
     sequences: int
     tokens: int
+    flex: bool = True
 
 
 class Engine(ABC):

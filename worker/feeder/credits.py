@@ -160,9 +160,12 @@ class Credits:
 
     def room(self, cushion: bool = True) -> int:
         """How many shared records may be fed now, over every worker; without the
-        ``cushion``, only what their slots take now (the flex tier's room: a flex record
-        left unread in the topic would be read before a default batch fed after it)."""
-        return sum(max(0, credit) for _, credit, _ in self._live(cushion))
+        ``cushion``, only what their slots take now and only on workers whose engine
+        starts flex work now (the flex tier's room: a flex record left unread in the topic
+        would be read before a default batch fed after it; one fed to a worker whose
+        server is under pressure would wait there, :mod:`worker.feeder.demand`)."""
+        live = self._live(cushion, flex_only=not cushion)
+        return sum(max(0, credit) for _, credit, _ in live)
 
     def place(self, count: int, over: int = 0, front: int = 0) -> list[int]:
         """Partitions for the next ``count`` shared records (fewer when credit runs out),
@@ -226,8 +229,11 @@ class Credits:
         """Whether any worker reports (a record fed beyond credit has somewhere to go)."""
         return bool(self._live())
 
-    def _live(self, with_cushion: bool = True) -> list[tuple[str, int, list[int]]]:
-        """(worker, credit, the partitions it holds) for every worker reporting."""
+    def _live(
+        self, with_cushion: bool = True, flex_only: bool = False
+    ) -> list[tuple[str, int, list[int]]]:
+        """(worker, credit, the partitions it holds) for every worker reporting (with
+        ``flex_only``, every one whose engine starts flex work now)."""
         now = self._clock()
         for name in [n for n, w in self._workers.items() if now - w.seen > 10 * STALE_S]:
             del self._workers[name]  # long gone: forget it
@@ -242,7 +248,7 @@ class Credits:
         for name, w in live.items():
             d = w.demand
             mine = [p for p, _ in d.positions if holders[p] == name]
-            if not mine:
+            if not mine or (flex_only and not d.flex):
                 continue
             positions = dict(d.positions)
             unread = sum(self._count_from(p, positions[p]) + self._given.get(p, 0) for p in mine)

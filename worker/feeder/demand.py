@@ -19,6 +19,9 @@ every :data:`ALIVE_S` while it does not; a worker that stops reporting loses its
   published (answers leave a partition in offset order, :mod:`worker.kafka.transactions`),
   so the feeder writes a newly active batch where the least waits (§10). Optional: a
   report without it says nothing waits.
+- ``flex``: false while its engine starts no flex-tier request (a remote engine's server
+  under pressure, :mod:`worker.engines.remote.gate`): the feeder feeds it no flex then.
+  Optional: a report without it (an older worker) takes flex.
 
 Anyone who can write the topic writes a report, so :func:`decode` bounds every field and
 returns None for anything else: a bad report gives its key no credit, never an error.
@@ -62,6 +65,7 @@ class Demand:
     running: int
     free: int
     unanswered: tuple[tuple[int, int], ...] = ()  # (partition, records read, not answered)
+    flex: bool = True  # its engine starts flex-tier requests now
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -72,6 +76,7 @@ class Demand:
                 "running": self.running,
                 "free": self.free,
                 "unanswered": [list(p) for p in self.unanswered],
+                "flex": self.flex,
             },
             separators=(",", ":"),
         ).encode()
@@ -94,9 +99,10 @@ def decode(key: bytes | None, value: bytes | None) -> Demand | None:
         return None
     held, running, free = (int(c) for c in counts if c is not None)
     pairs, waiting = _pairs(positions), _pairs(raw.get("unanswered", []))
-    if pairs is None or waiting is None:
+    flex = raw.get("flex", True)
+    if pairs is None or waiting is None or not isinstance(flex, bool):
         return None
-    return Demand(worker, float(at), pairs, held, min(running, held), free, waiting)
+    return Demand(worker, float(at), pairs, held, min(running, held), free, waiting, flex)
 
 
 def _pairs(value: Any) -> tuple[tuple[int, int], ...] | None:
@@ -136,16 +142,17 @@ class Reporter:
         free: int,
         wall: float | None = None,
         unanswered: Mapping[int, int] | None = None,
+        flex: bool = True,
     ) -> bool:
         """Report if due at ``now`` (monotonic; ``wall``, the wall clock written in the
         report, defaults to it); True when a report was written."""
         waiting = tuple(sorted((unanswered or {}).items()))
-        state = (tuple(sorted(positions.items())), held, running, free, waiting)
+        state = (tuple(sorted(positions.items())), held, running, free, waiting, flex)
         since = now - self._sent_at
         if since < REPORT_S or (state == self._last and since < ALIVE_S):
             return False
         at = now if wall is None else wall
-        report = Demand(self._worker, at, state[0], held, running, free, waiting)
+        report = Demand(self._worker, at, state[0], held, running, free, waiting, flex)
         self._producer.produce(self._topic, key=self._worker.encode(), value=report.encode())
         self._sent_at, self._last = now, state
         return True
@@ -173,6 +180,7 @@ class DemandWriter:
         admission: Admission,
         waiting: int,
         unanswered: Callable[[tuple[str, int]], int],
+        flex: bool = True,
     ) -> None:
         """Report, when due, the partitions ``consumer`` holds with the next offset it
         reads (``read_to``; 0 when nothing was read yet: all the feeder wrote there is
@@ -185,7 +193,8 @@ class DemandWriter:
         positions = {p: read_to.get((t, p), 0) for t, p in assigned}
         behind = {p: n for t, p in assigned if (n := unanswered((t, p)))}
         inflight = admission.inflight
-        self.report(now, positions, inflight + waiting, inflight, max(0, admission.room), behind)
+        free = max(0, admission.room)
+        self.report(now, positions, inflight + waiting, inflight, free, behind, flex)
 
     def report(
         self,
@@ -195,11 +204,10 @@ class DemandWriter:
         running: int,
         free: int,
         unanswered: Mapping[int, int] | None = None,
+        flex: bool = True,
     ) -> None:
         """Write a report if one is due (:class:`Reporter`)."""
-        self._reporter.step(
-            now, positions, held, running, free, wall=time.time(), unanswered=unanswered
-        )
+        self._reporter.step(now, positions, held, running, free, time.time(), unanswered, flex)
         self._producer.poll(0)
 
     def close(self) -> None:

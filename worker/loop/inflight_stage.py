@@ -9,6 +9,9 @@ submitted at once. The room is the smallest of what the engine reports
 ``batching.max_batch_size`` sequences (the adaptive size, when on) and
 ``batching.max_batch_tokens`` tokens (prompt + ``max_tokens`` of each) in flight.
 ``batching.timeout_ms`` still bounds how long a request waits while there is room.
+While the engine takes no flex-tier request (``Capacity.flex``, the remote engine's
+server under pressure), only the other tiers' requests are taken; the flex ones wait in
+the queue, where no engine timeout counts them.
 
 Each completion is answered when it arrives; offsets commit past answered records only
 (the ledger and the publisher are the same as for static batches). A revoked partition's
@@ -70,7 +73,9 @@ class InFlightStage(Stage):
         sequences = min(room.sequences, self._batcher.max_batch_size - len(self._flights))
         tokens = min(room.tokens, self._max_batch_tokens - self._tokens)
         with self._metrics.stage("batch"):
-            batch = self._batcher.take(now, sequences, tokens, flush=flush)
+            batch = self._batcher.take(now, sequences, tokens, flush=flush, flex=room.flex)
+        self.flex_closed = not room.flex
+        self.holding_back = batch is None and self.flex_closed and len(self._batcher) > 0
         if batch is None:
             return
         if not self._flights:

@@ -268,6 +268,8 @@ class Worker:
         self._collect(now, draining)
         self._adapt(now)
         self.engine_stage.dispatch(now, flush=draining)
+        flex_closed = self.engine_stage.flex_closed
+        self.admission.lent = self.batcher.flex_queued if flex_closed else 0
         self._publish_and_commit(now)
         self._flow(now, draining)
         if self._demand is not None:
@@ -278,6 +280,7 @@ class Worker:
                 self.admission,
                 len(self._held),
                 self._unanswered,
+                flex=not flex_closed,
             )
         self._summary.maybe_log(now, self.metrics.snapshot)
         self.outbox.add_stages()
@@ -366,8 +369,8 @@ class Worker:
         room = 0 if draining or not self._has_room() else min(self.admission.room, _MAX_POLL_BATCH)
         if (room and len(self._held)) or not wait:
             timeout = 0.0
-        elif self.engine_stage.busy:
-            timeout = 0.005  # notice finished requests quickly
+        elif self.engine_stage.busy or self.engine_stage.holding_back:
+            timeout = 0.005  # notice finished requests (or the engine taking flex) quickly
         else:
             wake = self.batcher.wake_at()
             timeout = 0.1 if wake is None else min(0.1, max(0.0, wake - time.monotonic()))

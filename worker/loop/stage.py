@@ -62,6 +62,12 @@ class Stage(ABC):
         #: how long the last batch a static engine finished ran (0: none yet, or an
         #: in-flight engine, whose requests end one by one)
         self.last_run_s = 0.0
+        #: queued requests wait for the engine to take their tier (``Capacity.flex``): the
+        #: loop then polls at the busy pace instead of spinning on their timeout
+        self.holding_back = False
+        #: the engine takes no flex-tier request now (``Capacity.flex``): the worker lends
+        #: the slots of those it holds (:class:`batcher.Admission`) and tells the feeder
+        self.flex_closed = False
 
     @property
     @abstractmethod

@@ -53,3 +53,20 @@ def test_inflight_never_exceeds_the_limit(limit: int, ops: list[int]) -> None:
         assert gate.inflight == expected and gate.peak == peak
         assert 0 <= gate.inflight <= gate.limit
         assert gate.has_room() == (expected < limit)
+
+
+def test_lent_slots_admit_beyond_the_limit_and_are_taken_back() -> None:
+    gate = Admission(4)
+    gate.acquire(4)
+    assert not gate.has_room()
+    gate.lent = 3  # three of them are flex requests held back
+    assert gate.room == 3 and gate.has_room()
+    gate.acquire(3)
+    with pytest.raises(ValueError, match=r"\+3 lent"):
+        gate.acquire(1)
+    gate.lent = 99  # never more than the limit
+    assert gate.lent == 4 and gate.room == 1
+    gate.lent = 0  # flex starts again: nothing admitted until back within the limit
+    assert gate.room == -3 and not gate.has_room()
+    gate.release(4)
+    assert gate.room == 1 and gate.has_room()

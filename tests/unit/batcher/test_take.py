@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from batcher import BatchLimits, DynamicBatcher
+from batcher.tiers import FLEX_TAG
 
 from .test_core import FIFO, item, keys
 
@@ -100,3 +101,29 @@ def test_next_batch_is_take_with_a_whole_batch_of_room() -> None:
         a.add(spec, 0.0)
         b.add(spec, 0.0)
     assert keys(a.next_batch(0.2)) == keys(b.take(0.2, sequences=8, tokens=100))
+
+
+def test_a_closed_flex_tier_passes_flex_requests_by_and_keeps_their_places() -> None:
+    """Capacity.flex false (a remote server under pressure): the other tiers' requests
+    go by the same rules as if the flex ones were not queued; those keep their order."""
+    b: DynamicBatcher[str] = DynamicBatcher(FIFO)
+    b.add(item("f1", arrival=0.0, tag=FLEX_TAG), 0.0)
+    b.add(item("f2", arrival=0.0, tag=FLEX_TAG + 1), 0.0)
+    assert b.take(5.0, sequences=8, tokens=100, flush=True, flex=False) is None
+    b.add(item("d1", arrival=1.0, tag=3.0), 1.0)
+    b.add(item("u", arrival=1.0), 1.0)  # untagged (a raw producer's): not flex
+    assert b.take(1.05, sequences=8, tokens=100, flex=False) is None  # not due: its own wake
+    batch = b.take(1.1, sequences=8, tokens=100, flex=False)  # the oldest of them timed out
+    assert keys(batch) == ["d1", "u"] and batch is not None and batch.reason == "timeout"
+    b.add(item("d2", arrival=2.0, tag=4.0), 2.0)
+    assert keys(b.take(2.0, sequences=1, tokens=100, flex=False)) == ["d2"]  # full: 1 room
+    assert keys(b.take(2.0, sequences=8, tokens=100, flush=True)) == ["f1", "f2"]
+
+
+def test_a_closed_flex_tier_counts_only_the_other_tokens_as_queued() -> None:
+    b: DynamicBatcher[str] = DynamicBatcher(FIFO)
+    b.add(item("f", arrival=0.0, prompt=40, gen=40, tag=FLEX_TAG), 0.0)
+    b.add(item("d", arrival=0.0, tag=1.0), 0.0)
+    # 90 tokens queued, 50 of room: full with flex; without it 10 fit, so it waits
+    assert b.take(0.0, sequences=8, tokens=50, flex=False) is None
+    assert keys(b.take(0.0, sequences=8, tokens=50, flex=False, flush=True)) == ["d"]

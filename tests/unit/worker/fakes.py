@@ -627,6 +627,8 @@ class GatedInFlightEngine(InFlightEngine):
         #: long requests still decoding while shorter ones after them complete
         self.stragglers: set[str] = set()
         self.entered = threading.Event()  # set by the first submit
+        #: what ``capacity`` says of flex-tier requests (a remote server under pressure)
+        self.flex_open = True
 
     def open(self) -> None:
         """Let everything submitted, now or later, complete."""
@@ -670,7 +672,8 @@ class GatedInFlightEngine(InFlightEngine):
 
     def capacity(self) -> Capacity:
         with self._lock:
-            return Capacity(max(0, self._max_sequences - len(self._running)), 1 << 30)
+            free = max(0, self._max_sequences - len(self._running))
+            return Capacity(free, 1 << 30, flex=self.flex_open)
 
     def utilization(self) -> float:
         return 0.0

@@ -9,14 +9,19 @@ test opens it. Backpressure and the SIGTERM drain run on both feeding modes in
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
+from batcher.tiers import FLEX_TAG
 from worker.errors import ErrorCode
+from worker.feeder.headers import TAG_HEADER
 from worker.loop.inflight_stage import InFlightStage
+from worker.wire.codec import encode_request
+from worker.wire.messages import InferenceRequest
 
 from .fakes import GatedInFlightEngine, RebalanceKind
-from .rig import P0, P1, TOPIC, loop_config, rig
+from .rig import P0, P1, TOPIC, Rig, loop_config, rig
 from .test_loop import submit
 
 
@@ -130,3 +135,34 @@ def test_a_broken_engine_fails_its_requests_with_5000() -> None:
         assert len(r.results()) == len(ids)
         reason = r.worker.health.readiness().checks["model"].reason
         assert "EngineBroken" in reason and "scheduler died" in reason
+
+
+def test_flex_requests_wait_in_the_queue_while_the_engine_takes_no_flex() -> None:
+    """Capacity.flex false (the remote engine's server under pressure): the default
+    tier's requests start, the flex ones wait in the worker's queue — not on the engine,
+    where engine_timeout_s would count them — and start once flex opens; each answered
+    once."""
+    flex_tag = repr(FLEX_TAG).encode()
+    with rig(loop_config(prefetch_count=16), GatedInFlightEngine(gated=False)) as r:
+        r.engine.flex_open = False
+        for n in range(3):
+            tagged(r, f"flex{n}", flex_tag)
+        r.consumer.rebalance("assign", [P0, P1])
+        r.step_until(lambda: len(r.worker.batcher) == 3, "the flex requests queued")
+        for _ in range(20):  # well past batching.timeout_ms: still not started
+            r.worker._step(draining=False)
+        assert r.engine.submitted == [] and r.worker.engine_stage.holding_back
+        assert r.worker.admission.lent == 3  # their slots lent to the other tiers
+        tagged(r, "default0", b"7")
+        r.step_until(lambda: r.answers() == Counter(["default0"]), "the default request")
+        assert len(r.engine.submitted) == 1 and len(r.worker.batcher) == 3
+        r.engine.flex_open = True
+        every = {"default0", "flex0", "flex1", "flex2"}
+        r.step_until(lambda: r.settled(every), "every record answered and committed")
+        assert r.answers() == Counter(every) and not r.worker.engine_stage.holding_back
+        assert r.worker.admission.lent == 0
+
+
+def tagged(r: Rig[Any], custom_id: str, tag: bytes) -> None:
+    value, headers = encode_request(InferenceRequest(custom_id=custom_id, prompt=custom_id))
+    r.broker.append(0, value, [*headers, (TAG_HEADER, tag)])

@@ -45,14 +45,16 @@ class ConcurrencyWindow:
         """Requests allowed in flight now (at least ``minimum``)."""
         return int(self._window)
 
-    def on_success(self, sent_at: float, answered_at: float) -> None:
-        if not self.adaptive:
-            return
+    def on_success(self, sent_at: float, answered_at: float) -> bool:
+        """An answer; False when it came later than the latency target (an overload)."""
         if self.latency_target_s and answered_at - sent_at > self.latency_target_s:
             self.on_overload(sent_at, answered_at)
-            return
+            return False
+        if not self.adaptive:
+            return True
         step = 1.0 if self.cuts == 0 else 1.0 / self._window
         self._window = min(float(self.maximum), self._window + step)
+        return True
 
     def on_overload(self, sent_at: float, now: float) -> None:
         """A request sent at ``sent_at`` met an overloaded server, as seen at ``now``."""

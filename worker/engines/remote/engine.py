@@ -12,7 +12,9 @@ request is closed), and applies fair share upstream.
 * **In flight**: at most the AIMD window (:mod:`.aimd`) — :meth:`capacity` reports the
   window minus what is in flight, so the worker's in-flight stage never sends more. With
   ``metrics_url`` set, nothing new is sent while the server's own queue is above
-  ``max_waiting`` (:mod:`.gate`).
+  ``max_waiting`` (:mod:`.gate`). Flex-tier work gives way first: it starts only while
+  the server has shown no pressure (a queue, an overload answer) for ``flex_quiet_ms``
+  (:class:`.gate.FlexYield`, reported as :attr:`Capacity.flex`).
 * **Errors**: 408, 429, 5xx, timeouts and lost connections are retried up to
   ``max_retries`` times with exponential back-off and full jitter (``Retry-After`` is
   honoured up to ``backoff_max_s``), then the request fails with 5000 naming the last
@@ -69,7 +71,7 @@ from worker.engines.remote.bodies import (
     request_call,
 )
 from worker.engines.remote.failures import FailureLog
-from worker.engines.remote.gate import waiting
+from worker.engines.remote.gate import FlexYield, waiting
 from worker.engines.remote.packing import embedding_input, pack, request_input, unpack
 from worker.engines.remote.stats import RemoteCollector, RemoteStats, outcome_of_status
 from worker.errors import ErrorCode, ModelLoadError
@@ -117,6 +119,7 @@ class RemoteEngine(InFlightEngine):
         self._stats = RemoteStats()
         self._failures = FailureLog(r.base_url)
         self._gate_closed = False
+        self._flex = FlexYield(r.flex_quiet_ms / 1000.0)
         self._rtt_s = 1.0  # request time, smoothed; what one round trip of the window takes
         self._failure: BaseException | None = None
         self._closed = False
@@ -261,7 +264,12 @@ class RemoteEngine(InFlightEngine):
             return Capacity(
                 sequences=max(0, limit - len(self._inflight)),
                 tokens=max(0, self._max_tokens - self._held_tokens),
+                flex=self._flex_open(time.monotonic()),
             )
+
+    def _flex_open(self, now: float) -> bool:
+        """Flex work may start: no queue at the last reading, quiet for ``flex_quiet_ms``."""
+        return self._stats.server_waiting <= 0 and self._flex.open(now)
 
     def utilization(self) -> float:
         with self._cond:
@@ -274,6 +282,8 @@ class RemoteEngine(InFlightEngine):
         with self._cond:
             self._stats.limit = self._window.limit
             self._stats.cuts = self._window.cuts
+            self._stats.flex_open = self._flex_open(time.monotonic())
+            self._stats.flex_closings = self._flex.closings
             return self._stats
 
     def _check(self) -> None:
@@ -350,7 +360,9 @@ class RemoteEngine(InFlightEngine):
             with self._cond:
                 self._stats.responses[outcome] += 1
                 if overloaded:
-                    self._window.on_overload(sent, time.monotonic())
+                    now = time.monotonic()
+                    self._window.on_overload(sent, now)
+                    self._flex.pressure(now)
                 if not give_up:
                     self._stats.retries += 1
             self._failures.failed(outcome, last, given_up=give_up)
@@ -388,7 +400,8 @@ class RemoteEngine(InFlightEngine):
         with self._cond:
             self._stats.responses["ok"] += 1
             now = time.monotonic()
-            self._window.on_success(sent, now)
+            if not self._window.on_success(sent, now):  # slower than latency_target_ms
+                self._flex.pressure(now)
             self._rtt_s += RTT_WEIGHT * (now - sent - self._rtt_s)
         return completion
 
@@ -404,6 +417,8 @@ class RemoteEngine(InFlightEngine):
             with self._cond:
                 self._stats.server_waiting = -1 if depth is None else depth
                 self._gate_closed = depth is not None and depth > r.max_waiting
+                if depth:  # any queue: flex gives way before the other tiers do
+                    self._flex.pressure(time.monotonic())
                 if self._gate_closed:  # someone's requests queue: batch work backs off too
                     # what the queue shows now follows from requests sent up to one round
                     # trip ago: so it cuts once a round trip, as a 429 would, not at every

@@ -1,4 +1,5 @@
-"""The server's own queue, read from its Prometheus ``/metrics``.
+"""The server's own queue, read from its Prometheus ``/metrics``; and when flex-tier work
+may start on a server shared with interactive traffic.
 
 vLLM exports ``vllm:num_requests_waiting`` (requests accepted but not yet scheduled,
 one series per model). While it is above ``engine.remote.max_waiting`` the server is
@@ -15,6 +16,16 @@ reads at most 8 MiB, so an endless or dripping page cannot stall it. A read that
 leaves the gate open
 (the AIMD window still reacts to 429/503 and timeouts) and shows as -1 in
 ``batchpipe_remote_server_waiting``.
+
+*Flex gives way first* (:class:`FlexYield`, docs/architecture.md §10 "Service tiers"). A
+flex batch asked to run only on capacity nobody else wants; on a shared server that
+includes the server's interactive traffic, which the feeder cannot see. So flex work
+starts only while the server has shown no pressure for ``engine.remote.flex_quiet_ms``:
+no queue reading above 0 (stricter than ``max_waiting``, which the other tiers keep),
+no 429/502–504, timeout or answer slower than ``latency_target_ms``. Pressure closes
+flex at once, before the AIMD window of the other tiers has halved even once, and it
+reopens only after the quiet period, since interactive traffic comes in bursts: a queue
+that emptied for one reading is usually the gap between two requests of the same burst.
 """
 
 from __future__ import annotations
@@ -44,3 +55,22 @@ def waiting(exposition: str, series: str = WAITING_SERIES) -> int | None:
         total += value
         found = True
     return int(total) if found else None
+
+
+class FlexYield:
+    """Whether flex-tier work may start: the server quiet for ``quiet_s``. Pure: the
+    caller passes its clock's readings (monotonic seconds)."""
+
+    def __init__(self, quiet_s: float) -> None:
+        self.quiet_s = quiet_s
+        self._pressure_at = -math.inf
+        self.closings = 0  # times pressure closed an open flex gate
+
+    def pressure(self, now: float) -> None:
+        """The server showed pressure at ``now`` (a queue, an overload answer)."""
+        if self.open(now):
+            self.closings += 1
+        self._pressure_at = max(self._pressure_at, now)
+
+    def open(self, now: float) -> bool:
+        return now - self._pressure_at >= self.quiet_s

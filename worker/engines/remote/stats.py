@@ -47,6 +47,8 @@ class RemoteStats:
         self.limit = 0
         self.in_flight = 0
         self.server_waiting = -1  # -1: not read (no metrics_url, or the last read failed)
+        self.flex_open = True
+        self.flex_closings = 0
 
 
 class RemoteCollector(Collector):
@@ -85,4 +87,14 @@ class RemoteCollector(Collector):
             "batchpipe_remote_server_waiting",
             "The server's own queue (vllm:num_requests_waiting) when read; -1 when not.",
             value=s.server_waiting,
+        )
+        yield GaugeMetricFamily(
+            "batchpipe_remote_flex_open",
+            "1 while flex-tier requests may start (the server quiet for flex_quiet_ms), else 0.",
+            value=int(s.flex_open),
+        )
+        yield CounterMetricFamily(
+            "batchpipe_remote_flex_yields",
+            "Times the server's pressure stopped flex-tier requests from starting.",
+            value=s.flex_closings,
         )

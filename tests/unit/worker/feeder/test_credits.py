@@ -315,6 +315,8 @@ def test_credit_is_free_room_and_a_batch_less_what_waits_and_is_unread() -> None
         b'{"at":1,"positions":' + b"[" * 50_000,
         b"\xff" * 10,
         b"{" * 100_000,
+        b'{"at":1,"positions":[[0,1]],"held":1,"running":0,"free":0,"flex":0}',
+        b'{"at":1,"positions":[[0,1]],"held":1,"running":0,"free":0,"flex":"no"}',
     ],
 )
 def test_a_bad_report_gives_no_credit(value: bytes) -> None:
@@ -337,6 +339,9 @@ def test_reports_round_trip_and_come_when_due() -> None:
     # a report from before ``unanswered`` was written says nothing waits
     old = b'{"at":1,"positions":[[1,5]],"held":4,"running":2,"free":6}'
     assert decode(b"w", old) == Demand("w", 1.0, ((1, 5),), 4, 2, 6)
+    assert reporter.step(1.6, {1: 5}, 4, 2, 6, flex=False)  # flex held back: a change
+    key, value = wire.sent[-1]
+    assert decode(key, value) == Demand("w", 1.6, ((1, 5),), 4, 2, 6, (), flex=False)
 
 
 def test_a_dead_workers_old_report_gives_no_credit() -> None:
@@ -356,3 +361,15 @@ def test_a_report_from_the_future_holds_no_partition() -> None:
     credits.report(Demand("real", 100.0, ((0, 0),), 0, 0, 4))
     credits.report(Demand("forger", 1e300, ((0, 0),), 0, 0, 1 << 40))
     assert credits.credits() == {"real": 12}
+
+
+def test_flex_room_is_only_on_workers_whose_engine_starts_flex_now() -> None:
+    """A worker whose remote server is under pressure reports flex false: its free slots
+    (lent by its held-back flex requests) count for the other tiers, not for flex."""
+    clock = Clock()
+    credits = Credits(8, clock=clock, wall=clock)
+    clock.now = 100.0
+    credits.report(Demand("quiet", 100.0, ((0, 0),), 0, 0, 4))
+    credits.report(Demand("pressed", 100.0, ((1, 0),), 6, 6, 5, flex=False))
+    assert credits.room(cushion=False) == 4  # flex: the quiet worker's free slots only
+    assert credits.room() == sum(credits.credits().values()) >= 4 + 5

@@ -3,13 +3,15 @@ every request answered once, whatever the server does — 429/503 storms, a hang
 
 from __future__ import annotations
 
+import concurrent.futures
 import ipaddress
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
 import pytest
 from cryptography import x509
 from msgspec import structs
@@ -300,3 +302,56 @@ def test_tls_is_verified_and_a_ca_bundle_trusts_a_private_ca(tmp_path: Path) -> 
             engine.close()
     finally:
         server.stop()
+
+
+def test_flex_gives_way_to_the_servers_own_queue_before_the_other_tiers(
+    server: StandIn,
+) -> None:
+    """Interactive requests queue on the server (sent straight to it, as its own users
+    do): flex closes at the first reading of a queue, while the other tiers keep sending
+    up to max_waiting; it opens again only after flex_quiet_ms without pressure."""
+    engine = make(
+        server,
+        metrics_url=f"http://127.0.0.1:{server.port}/metrics",
+        metrics_interval_ms=50,
+        max_waiting=8,
+        flex_quiet_ms=300,
+    )
+    try:
+        assert engine.capacity().flex  # nothing seen yet
+        server.max_running = 1
+        chat = [{"role": "user", "content": "w " * 50}]
+        body: dict[str, Any] = {"model": "m", "messages": chat, "max_tokens": 50}
+        with concurrent.futures.ThreadPoolExecutor(3) as interactive:
+            sent = [
+                interactive.submit(httpx.post, f"{server.base_url}/chat/completions", json=body)
+                for _ in range(3)  # one runs, two wait
+            ]
+            until(lambda: not engine.capacity().flex, "flex to give way to the server's queue")
+            room = engine.capacity()
+            assert room.sequences > 0, "the other tiers still send: the queue is within 8"
+            snapshot = engine._snapshot()
+            assert snapshot.server_waiting >= 1 and snapshot.flex_closings == 1
+            assert all(answer.result(WAIT_S).status_code == 200 for answer in sent)
+        until(lambda: engine.capacity().flex, "flex to open after the quiet period")
+        assert engine._snapshot().server_waiting == 0
+    finally:
+        engine.close()
+
+
+def test_an_overload_answer_closes_flex_for_the_quiet_period(server: StandIn) -> None:
+    engine = make(server, flex_quiet_ms=60_000)
+    try:
+        server.fail(429, count=1)
+        engine.submit(item(engine, "k"))
+        assert collect(engine, {"k"})["k"].error is None  # retried, then answered
+        assert not engine.capacity().flex and engine._snapshot().flex_closings == 1
+    finally:
+        engine.close()
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {WAIT_S} s for {what}"
+        time.sleep(0.02)

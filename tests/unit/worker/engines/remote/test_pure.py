@@ -26,7 +26,7 @@ from worker.engines.remote.bodies import (
     generation_call,
     request_call,
 )
-from worker.engines.remote.gate import waiting
+from worker.engines.remote.gate import FlexYield, waiting
 from worker.engines.remote.packing import pack, request_input, unpack
 from worker.wire.answers import format_output_line
 from worker.wire.codec import decode_result, encode_result
@@ -392,3 +392,23 @@ def test_an_embeddings_answer_must_hold_one_vector_per_input_of_the_asked_size()
             completion_of("k", call, bad)
     with pytest.raises(AnswerError, match="not readable"):  # a base64 string, not asked for
         completion_of("k", call, {"data": [{"index": i, "embedding": "AACAPw=="} for i in (0, 1)]})
+
+
+def test_flex_opens_only_after_a_quiet_period_and_counts_each_closing_once() -> None:
+    flex = FlexYield(quiet_s=2.0)
+    assert flex.open(0.0)
+    flex.pressure(10.0)
+    flex.pressure(10.5)  # more pressure while closed: the same closing, a later end
+    assert not flex.open(12.4) and flex.open(12.5) and flex.closings == 1
+    flex.pressure(10.2)  # a late report of older pressure does not move the end back
+    assert flex.open(12.5)
+    flex.pressure(20.0)
+    assert flex.closings == 2
+    assert FlexYield(quiet_s=0.0).open(0.0)  # 0: only the last queue reading holds it
+
+
+def test_a_slow_answer_is_an_overload_even_without_adaptation() -> None:
+    w = ConcurrencyWindow(minimum=1, maximum=8, initial=8, adaptive=False, latency_target_s=1.0)
+    assert w.on_success(sent_at=0.0, answered_at=0.5)
+    assert not w.on_success(sent_at=0.0, answered_at=1.5)
+    assert w.limit == 8  # not adaptive: the window stays, flex still hears it
