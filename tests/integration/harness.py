@@ -173,6 +173,17 @@ def _read_uncommitted(config: Config, topic: str, timeout_s: float = 10) -> list
     return drain(reader(config, topic, read_committed=False), timeout_s)
 
 
+def visibility(config: Config, topic: str, timeout_s: float = 10) -> str:
+    """Per partition of ``topic``, how many records a read_committed reader finds against a
+    read_uncommitted one (open or aborted transactions included), for an assertion
+    message: where they differ, a transaction the broker has not completed holds the rest
+    back from read_committed readers (docs/architecture.md §7)."""
+    committed = Counter(m.partition() or 0 for m in drain(reader(config, topic), timeout_s))
+    everything = Counter(m.partition() or 0 for m in _read_uncommitted(config, topic, timeout_s))
+    counts = [f"{p}: {committed[p]}/{everything[p]}" for p in sorted(committed | everything)]
+    return f"{topic} read_committed/read_uncommitted by partition: {', '.join(counts)}"
+
+
 def _where(records: Sequence[Message]) -> str:
     """Records as ``partition:offset=key``, for an assertion message."""
     return ", ".join(

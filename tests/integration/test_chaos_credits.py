@@ -20,7 +20,7 @@ import pytest
 from batchpipe.client import Client
 from tests.integration.chaos_report import ChaosReport
 from tests.integration.fleet import Fleet, Member, assigned, busy, fleet
-from tests.integration.harness import ResultWatcher, read_whole, write_config
+from tests.integration.harness import ResultWatcher, read_whole, visibility, write_config
 from tests.integration.scenario import EXIT_GRACE_S, KILLED_ON_TANSU, conclude, paced, requests
 from tests.integration.test_fair_share import owner, wait_for_one
 from worker.config import Config
@@ -29,6 +29,15 @@ pytestmark = pytest.mark.integration
 
 N = 4_000
 TOKEN_S = 0.05  # 10 tokens an answer: a batch of 32 takes 0.5 s, N about 20-40 s
+#: what each worker says of itself when the batch is not answered in time: whether it
+#: answered requests after all, holds any, feeds, and its lag
+STATE = (
+    "batchpipe_requests_total",
+    "batchpipe_inflight_requests",
+    "batchpipe_consumer_lag",
+    "batchpipe_feeder_owner",
+    "batchpipe_feeder_fed_total",
+)
 
 
 def fed_ends(config: Config, count: int) -> dict[int, int]:
@@ -68,7 +77,10 @@ def _run(
             watcher.wait_until(lambda: len(watcher.ids) >= N // 10, 120, "fed by credit")
             chaos(workers, members, config)
             expected = {r.custom_id for r in batch}
-            watcher.wait_until(lambda: watcher.ids >= expected, 300, f"{N} answered")
+            try:
+                watcher.wait_until(lambda: watcher.ids >= expected, 300, f"{N} answered")
+            except AssertionError as failure:
+                raise AssertionError(f"{failure}; {_where_it_stopped(config, workers)}") from None
             conclude(
                 name,
                 config,
@@ -85,6 +97,23 @@ def _run(
         watcher.close()
 
 
+def _where_it_stopped(config: Config, workers: Fleet) -> str:
+    """Whether the requests were fed and answered, for a batch not answered in time: each
+    worker's own counts (:data:`STATE`), and what read_committed readers see of the
+    requests and results topics against everything written there."""
+    said = []
+    for member in workers.members:
+        metrics = member.metrics()  # empty once it ended
+        counts = ", ".join(f"{name} {metrics.get(name, 0):g}" for name in STATE)
+        said.append(
+            f"worker {member.process.pid} ({'running' if member.running else 'ended'}): {counts}"
+        )
+    topics = [
+        visibility(config, t) for t in (config.kafka.requests_topic, config.kafka.results_topic)
+    ]
+    return "; ".join([*said, *topics])
+
+
 def join_and_leave(workers: Fleet, members: list[Member], config: Config) -> None:
     joined = workers.start()
     workers.wait(joined, busy, 60, "the worker that joined is fed")
@@ -96,12 +125,18 @@ def join_and_leave(workers: Fleet, members: list[Member], config: Config) -> Non
     workers.wait(workers.start(), assigned, 60, "a fourth worker joins")
 
 
-# A known defect, open: in 1 of 5 runs on 2026-12-07 (the full suite's run; 4 runs alone
-# passed, 44-47 s) the feeder that took over at the fourth worker's join fed nothing more:
-# every worker idle at lag 0, 640 results of 4,000 after 300 s, no feeder warning. Not
-# found yet (see the closing note of issue 50's session); recorded here, not hidden.
+# A known defect, open: 1 failure in about 25 runs (the full suite's on 2026-12-07; every
+# run since passed, alone or beside the unit suite, 45-52 s): 640 results of 4,000 read
+# after 300 s. The feeder did not stop: that run's log has the three workers answering
+# about 2,700 requests after the last takeover (pending offset 1174; their 30 s summaries
+# 37.2, 27.7 and 25.6 req/s, the newest worker's first 1,117) and then idle at lag 0, so
+# the batch was fed and answered; the watcher, reading read_committed, saw 640 of it. The
+# results were held back, not lost, most likely by a worker transaction the embedded broker
+# never completed (§7: Tansu completes an ended transaction only once every transaction
+# overlapping it has ended). Not shown yet: a failure now says, per partition, what
+# read_committed and read_uncommitted readers find, and what each worker counted.
 @pytest.mark.xfail(
-    reason="intermittent: the feeder after a takeover can stop feeding (open defect)",
+    reason="intermittent: answered results not visible to read_committed readers (open defect)",
     strict=False,
 )
 def test_chaos_credits_workers_join_and_the_feeders_worker_leaves(

@@ -229,6 +229,13 @@ class Credits:
         """Whether any worker reports (a record fed beyond credit has somewhere to go)."""
         return bool(self._live())
 
+    def idle(self) -> bool:
+        """Whether a live worker reports free slots, or no worker reports at all: with
+        requests waiting and nothing fed, a stall (:mod:`worker.feeder.stall`), not a
+        fleet busy with long requests."""
+        live = self._live()
+        return not live or any(self._workers[name].demand.free > 0 for name, _, _ in live)
+
     def _live(
         self, with_cushion: bool = True, flex_only: bool = False
     ) -> list[tuple[str, int, list[int]]]:
@@ -255,6 +262,30 @@ class Credits:
             cushion = self.cushion(w.rate()) if with_cushion else 0
             out.append((name, d.free + cushion - (d.held - d.running) - unread, mine))
         return out
+
+    def describe(self) -> str:
+        """Every worker known and how its credit is made, for a log line: ``name`` (or
+        ``name stale <s>`` for one whose report is too old), its credit, ``free``,
+        ``held``, ``running``, ``unread`` and the partitions it holds at the positions it
+        reported."""
+        now = self._clock()
+        live = {name: (credit, mine) for name, credit, mine in self._live()}
+        parts: list[str] = []
+        for name, w in sorted(self._workers.items()):
+            d = w.demand
+            if name not in live:
+                age = now - w.seen
+                parts.append(f"{name} stale {age:.1f}s" if age > STALE_S else f"{name} holds none")
+                continue
+            credit, mine = live[name]
+            positions = dict(d.positions)
+            unread = sum(self._count_from(p, positions[p]) + self._given.get(p, 0) for p in mine)
+            at = ",".join(f"{p}@{positions[p]}" for p in mine)
+            parts.append(
+                f"{name} credit {credit} free {d.free} held {d.held} running {d.running}"
+                f" unread {unread} [{at}]"
+            )
+        return "; ".join(parts) or "no worker reports"
 
     def cushion(self, rate: float) -> int:
         """What the topic should hold for a worker reading ``rate`` shared records a

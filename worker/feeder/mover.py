@@ -25,12 +25,13 @@ step cut short before its state is written is fed again, and readers keep one an
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from batcher.tiers import DEFAULT_PRIORITY_SHARE, Tiers
+from batcher.tiers import DEFAULT_PRIORITY_SHARE, FLEX, Tiers
 from worker.config import Config, producer_max_bytes
 from worker.feeder import state
 from worker.feeder.credits import Credits
@@ -42,11 +43,14 @@ from worker.feeder.metrics import FeederMetrics
 from worker.feeder.naming import pending_topic, state_topic
 from worker.feeder.plan import Planner, Step
 from worker.feeder.readahead import ReadAhead
+from worker.feeder.stall import StallWatch
 from worker.feeder.stops import Drain
 from worker.feeder.trim import Trim
 from worker.kafka import clients
 from worker.kafka.cancellations import Cancellations, TopicReader
 from worker.kafka.consumer import KafkaConsumer, resume_points
+
+log = logging.getLogger(__name__)
 
 TIMEOUT_S = 30.0
 #: the most records one step moves (one transaction)
@@ -97,6 +101,7 @@ class Mover:
         self._batch = config.batching.prefetch_count
         self.credits = Credits(self._batch, engine=config.batching.max_batch_size)
         self._demand = DemandReader(k)
+        self._stall = StallWatch()
 
     def close(self) -> None:
         self.drain.close()
@@ -124,6 +129,19 @@ class Mover:
         fresh = self.credits.overdraft()
         flex_room = self.credits.room(cushion=False)  # flex keeps nothing unread (tiers)
         step = self.planner.plan(room, STEP_MAX, fresh, self.credits.rate(), flex_room)
+        # flex waits by design while nothing else has room (batcher/tiers.py): not a stall
+        waiting = sum(n for tier, n in self.fair.waiting_by_tier.items() if tier != FLEX)
+        stalled = self._stall.step(waiting, step.shared, self.credits.idle)
+        if stalled is not None:
+            log.warning(
+                "feeder: %d requests waiting and none fed for %.0f s with free slots "
+                "(room %d, beyond credit %d): %s",
+                waiting,
+                stalled,
+                room,
+                fresh,
+                self.credits.describe(),
+            )
         if not step.slices and not step.stops and not step.abandoned:
             if self._alive_due():  # idle or full: serve still sees a feeder
                 self._producer.begin_transaction()
