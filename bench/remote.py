@@ -15,8 +15,13 @@ one run:
    with a fixed window and no gate — the damage for comparison. Reported: interactive
    P50/P99 and their ratio to alone, and the batch's answers per second in the idle and
    in the burst phases.
+3. **Tiers** (``--tiers``, issue 50; ``bench/results/remote_flex.json``): the same
+   interactive pattern alone, then on top of a default-tier batch and of a flex-tier
+   batch, both with fair share on and the remote engine at its defaults (AIMD, the
+   queue gate at ``max_waiting`` 0, ``flex_quiet_ms`` 2000): how much sooner flex gives
+   way, and what it costs the batch.
 
-    .venv/bin/python -m bench.remote [--quick]
+    .venv/bin/python -m bench.remote [--quick] [--tiers]
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from batcher.tiers import DEFAULT
 from batchpipe import Client
 from bench.common import fresh_config, write_result
 from bench.wire import percentile
@@ -194,9 +200,11 @@ async def interactive(base: str, setup: Setup) -> dict[str, Any]:
     return {"latencies": latencies, "boundaries": boundaries}
 
 
-def coexist(bootstrap: str, setup: Setup, batch: dict[str, Any] | None) -> dict[str, Any]:
+def coexist(
+    bootstrap: str, setup: Setup, batch: dict[str, Any] | None, tier: str | None = None
+) -> dict[str, Any]:
     """The interactive pattern alone (``batch`` None) or on top of a batch run with the
-    remote settings ``batch``."""
+    remote settings ``batch`` (a ``tier``: with fair share on, the batch in that tier)."""
     with standin(setup) as base:
         if batch is None:
             run = asyncio.run(interactive(base, setup))
@@ -204,9 +212,11 @@ def coexist(bootstrap: str, setup: Setup, batch: dict[str, Any] | None) -> dict[
             if batch.get("metrics_url") == "":
                 batch = {**batch, "metrics_url": base.removesuffix("/v1") + "/metrics"}
             config = remote_config(bootstrap, base, setup, **batch)
+            if tier is not None:
+                config = replace(config, scheduling=replace(config.scheduling, fair=True))
             client = Client(config)
             with running_worker(config):
-                client.submit(lines(setup.batch_requests, setup.max_tokens))
+                client.submit(lines(setup.batch_requests, setup.max_tokens), tier=tier or DEFAULT)
                 time.sleep(setup.idle_s)  # the batch gets going before the first burst
                 run = asyncio.run(interactive(base, setup))
     latencies = run["latencies"]
@@ -234,6 +244,11 @@ def batch_rates(boundaries: list[tuple[str, float, int]]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests, shorter phases")
+    parser.add_argument(
+        "--tiers",
+        action="store_true",
+        help="only the tiers figure: interactive alone, beside a default and a flex batch",
+    )
     args = parser.parse_args(argv)
     setup = Setup()
     if args.quick:
@@ -246,6 +261,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             cycles=2,
             batch_requests=1500,
         )
+    if args.tiers:
+        return tiers(setup)
     with EmbeddedBroker() as broker:
         with standin(setup) as base:
             rates = {
@@ -274,6 +291,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "coexist": {"alone": alone, "aimd": aimd, "fixed": fixed},
     }
     write_result("remote", payload)
+    print(payload)
+    return payload
+
+
+def tiers(setup: Setup) -> dict[str, Any]:
+    """Interactive traffic alone, beside a default-tier and beside a flex-tier batch."""
+    gate = {"metrics_url": "", "metrics_interval_ms": 100}
+    with EmbeddedBroker() as broker:
+        alone = coexist(broker.bootstrap, setup, None)
+        rows = {tier: coexist(broker.bootstrap, setup, gate, tier) for tier in ("default", "flex")}
+    for row in rows.values():
+        row["p99_vs_alone"] = round(row["interactive_p99_ms"] / alone["interactive_p99_ms"], 2)
+        row["p50_vs_alone"] = round(row["interactive_p50_ms"] / alone["interactive_p50_ms"], 2)
+    payload = {
+        "setup": setup.__dict__ | {"concurrencies": list(setup.concurrencies)},
+        "remote": {**gate, "flex_quiet_ms": RemoteConfig().flex_quiet_ms, "max_waiting": 0},
+        "coexist": {"alone": alone, **rows},
+    }
+    write_result("remote_flex", payload)
     print(payload)
     return payload
 

@@ -71,7 +71,7 @@ from worker.engines.remote.bodies import (
     request_call,
 )
 from worker.engines.remote.failures import FailureLog
-from worker.engines.remote.gate import FlexYield, waiting
+from worker.engines.remote.gate import RUNNING_SERIES, FlexYield, someone_else, waiting
 from worker.engines.remote.packing import embedding_input, pack, request_input, unpack
 from worker.engines.remote.stats import RemoteCollector, RemoteStats, outcome_of_status
 from worker.errors import ErrorCode, ModelLoadError
@@ -120,6 +120,7 @@ class RemoteEngine(InFlightEngine):
         self._failures = FailureLog(r.base_url)
         self._gate_closed = False
         self._flex = FlexYield(r.flex_quiet_ms / 1000.0)
+        self._others_wait = False  # the last reading found someone else's queue
         self._rtt_s = 1.0  # request time, smoothed; what one round trip of the window takes
         self._failure: BaseException | None = None
         self._closed = False
@@ -268,8 +269,9 @@ class RemoteEngine(InFlightEngine):
             )
 
     def _flex_open(self, now: float) -> bool:
-        """Flex work may start: no queue at the last reading, quiet for ``flex_quiet_ms``."""
-        return self._stats.server_waiting <= 0 and self._flex.open(now)
+        """Flex work may start: nobody else's queue at the last reading, and quiet for
+        ``flex_quiet_ms``."""
+        return not self._others_wait and self._flex.open(now)
 
     def utilization(self) -> float:
         with self._cond:
@@ -413,11 +415,14 @@ class RemoteEngine(InFlightEngine):
         assert self._client is not None
         r = self._remote
         while not self._closed:
-            depth = await self._read_queue()
+            depth, running = await self._read_queue()
             with self._cond:
                 self._stats.server_waiting = -1 if depth is None else depth
                 self._gate_closed = depth is not None and depth > r.max_waiting
-                if depth:  # any queue: flex gives way before the other tiers do
+                self._others_wait = bool(depth) and someone_else(
+                    depth or 0, running, len(self._inflight)
+                )
+                if self._others_wait:  # flex gives way before the other tiers do
                     self._flex.pressure(time.monotonic())
                 if self._gate_closed:  # someone's requests queue: batch work backs off too
                     # what the queue shows now follows from requests sent up to one round
@@ -427,9 +432,10 @@ class RemoteEngine(InFlightEngine):
                     self._window.on_overload(now - self._rtt_s, now)
             await asyncio.sleep(r.metrics_interval_ms / 1000.0)
 
-    async def _read_queue(self) -> int | None:
-        """The server's queue from ``metrics_url``, read within one deadline and up to
-        ``METRICS_BYTES``; None when it cannot be read. The API key goes only where
+    async def _read_queue(self) -> tuple[int | None, int | None]:
+        """The server's queue and its running requests from ``metrics_url``, read within
+        one deadline and up to ``METRICS_BYTES``; None when it cannot be read (the
+        running count: or when the server does not export it). The API key goes only where
         ``base_url`` is (scheme, host and port): a ``metrics_url`` elsewhere never gets it."""
         assert self._client is not None
         r = self._remote
@@ -441,14 +447,14 @@ class RemoteEngine(InFlightEngine):
                 response = await self._client.send(request, stream=True)
                 try:
                     if response.status_code != 200:
-                        return None
+                        return None, None
                     body = await read_capped(response, METRICS_BYTES)
                 finally:
                     await response.aclose()
             text = body.decode("utf-8", "replace")
         except (TimeoutError, TooLarge, httpx.HTTPError):
-            return None
-        return waiting(text)
+            return None, None
+        return waiting(text), waiting(text, RUNNING_SERIES)
 
 
 class RemoteEmbedEngine(RemoteEngine):

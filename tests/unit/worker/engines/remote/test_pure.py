@@ -26,7 +26,7 @@ from worker.engines.remote.bodies import (
     generation_call,
     request_call,
 )
-from worker.engines.remote.gate import FlexYield, waiting
+from worker.engines.remote.gate import FlexYield, someone_else, waiting
 from worker.engines.remote.packing import pack, request_input, unpack
 from worker.wire.answers import format_output_line
 from worker.wire.codec import decode_result, encode_result
@@ -412,3 +412,9 @@ def test_a_slow_answer_is_an_overload_even_without_adaptation() -> None:
     assert w.on_success(sent_at=0.0, answered_at=0.5)
     assert not w.on_success(sent_at=0.0, answered_at=1.5)
     assert w.limit == 8  # not adaptive: the window stays, flex still hears it
+
+
+def test_a_queue_of_the_workers_own_requests_is_nobody_elses() -> None:
+    assert not someone_else(waiting=3, running=5, own=8)  # all eight are the batch's
+    assert someone_else(waiting=3, running=6, own=8)  # one more: an interactive user
+    assert someone_else(waiting=1, running=None, own=50)  # running not exported: anyone's
