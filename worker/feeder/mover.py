@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from batcher.tiers import DEFAULT_PRIORITY_SHARE, FLEX, Tiers
+from batcher.tiers import FLEX, Tiers, priority_share
 from worker.config import Config, producer_max_bytes
 from worker.feeder import state
 from worker.feeder.credits import Credits
@@ -79,10 +79,7 @@ class Mover:
         scan.assign([start])
         self.index = PendingIndex(state.read_state(k, self._state), start.offset)
         shares = config.scheduling.priority_shares
-        self.fair = Tiers(
-            config.scheduling.quantum,
-            lambda key: shares.get(key, shares.get("*", DEFAULT_PRIORITY_SHARE)),
-        )
+        self.fair = Tiers(config.scheduling.quantum, lambda key: priority_share(shares, key))
         self._reader = clients.consumer(k, f"{k.group_id}.feeder-reader")
         self.ahead = ReadAhead(self._reader, self._pending, self.index)
         self.drain = Drain(Cancellations(TopicReader(k)), self.fair, self.index)
