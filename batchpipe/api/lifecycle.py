@@ -245,19 +245,19 @@ class Lifecycle:
                     tier=published_tier(self._config, batch.owner, batch.metadata),
                 )
             except UnroutedModelError as exc:
-                error = {"code": str(exc.code), "message": str(exc), "param": "model", "line": None}
-                self._transition(batch_id, "validating", status="failed", errors=(error,))
+                self._fail(batch_id, "validating", str(exc.code), str(exc), "model")
                 return
             except TierRefusedError as exc:  # nothing was published
-                error = {
-                    "code": "priority_not_allowed",
-                    "message": str(exc),
-                    "param": f"metadata.{TIER_METADATA}",
-                    "line": None,
-                }
-                self._transition(batch_id, "validating", status="failed", errors=(error,))
+                param = f"metadata.{TIER_METADATA}"
+                self._fail(batch_id, "validating", "priority_not_allowed", str(exc), param)
                 return
         self._transition(batch_id, "validating", status="in_progress")
+
+    def _fail(self, batch_id: str, was: str, code: str, message: str, param: str) -> None:
+        """The batch, if still ``was``, ends ``failed`` with one error naming ``param``
+        (not a line of its input)."""
+        error = {"code": code, "message": message, "param": param, "line": None}
+        self._transition(batch_id, was, status="failed", errors=(error,))
 
     def _line_problems(self, path: Path, endpoint: str) -> list[dict[str, object]]:
         return line_problems(path, endpoint, self._limits, self._config.api.max_priority)
@@ -279,15 +279,12 @@ class Lifecycle:
         batch = self._state.batch(batch_id)
         if batch is None or batch.terminal:
             return
-        error = {
-            "code": "input_file_missing",
-            "message": f"the input file {batch.input_file_id} was deleted before the batch "
-            "ended; its results cannot be assembled",
-            "param": "input_file_id",
-            "line": None,
-        }
+        message = (
+            f"the input file {batch.input_file_id} was deleted before the batch ended; its "
+            "results cannot be assembled"
+        )
         log.warning("batch %s failed: input file %s is gone", batch.id, batch.input_file_id)
-        self._transition(batch.id, batch.status, status="failed", errors=(error,))
+        self._fail(batch.id, batch.status, "input_file_missing", message, "input_file_id")
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -349,13 +346,7 @@ class Lifecycle:
         elif batch.status == "in_progress" and now - (batch.in_progress_at or now) >= NO_FEEDER_S:
             why = self.feeders.stalled(now)
             if why is not None and (tally is None or tally.completed + tally.failed == 0):
-                error = {
-                    "code": NO_FEEDER_CODE,
-                    "message": why,
-                    "param": "scheduling.fair",
-                    "line": None,
-                }
-                self._transition(batch.id, "in_progress", status="failed", errors=(error,))
+                self._fail(batch.id, "in_progress", NO_FEEDER_CODE, why, "scheduling.fair")
 
     def _end(self, batch: BatchRecord, status: str, stop: Stop | None) -> None:
         if status == "completed" and batch.status == "in_progress":

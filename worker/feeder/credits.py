@@ -257,10 +257,9 @@ class Credits:
             mine = [p for p, _ in d.positions if holders[p] == name]
             if not mine or (flex_only and not d.flex):
                 continue
-            positions = dict(d.positions)
-            unread = sum(self._count_from(p, positions[p]) + self._given.get(p, 0) for p in mine)
             cushion = self.cushion(w.rate()) if with_cushion else 0
-            out.append((name, d.free + cushion - (d.held - d.running) - unread, mine))
+            credit = d.free + cushion - (d.held - d.running) - self._unread_of(d, mine)
+            out.append((name, credit, mine))
         return out
 
     def describe(self) -> str:
@@ -279,13 +278,18 @@ class Credits:
                 continue
             credit, mine = live[name]
             positions = dict(d.positions)
-            unread = sum(self._count_from(p, positions[p]) + self._given.get(p, 0) for p in mine)
             at = ",".join(f"{p}@{positions[p]}" for p in mine)
             parts.append(
                 f"{name} credit {credit} free {d.free} held {d.held} running {d.running}"
-                f" unread {unread} [{at}]"
+                f" unread {self._unread_of(d, mine)} [{at}]"
             )
         return "; ".join(parts) or "no worker reports"
+
+    def _unread_of(self, demand: Demand, mine: list[int]) -> int:
+        """What the feeder wrote to ``mine`` at or above the positions ``demand`` reported,
+        delivered or given and not delivered yet."""
+        positions = dict(demand.positions)
+        return sum(self._count_from(p, positions[p]) + self._given.get(p, 0) for p in mine)
 
     def cushion(self, rate: float) -> int:
         """What the topic should hold for a worker reading ``rate`` shared records a

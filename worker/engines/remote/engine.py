@@ -419,8 +419,10 @@ class RemoteEngine(InFlightEngine):
             with self._cond:
                 self._stats.server_waiting = -1 if depth is None else depth
                 self._gate_closed = depth is not None and depth > r.max_waiting
-                self._others_wait = bool(depth) and someone_else(
-                    depth or 0, running, len(self._inflight)
+                self._others_wait = (
+                    depth is not None
+                    and depth > 0
+                    and someone_else(depth, running, len(self._inflight))
                 )
                 if self._others_wait:  # flex gives way before the other tiers do
                     self._flex.pressure(time.monotonic())
