@@ -34,6 +34,7 @@ from worker.config import KafkaConfig
 from worker.kafka import clients
 from worker.kafka.broker import EmbeddedBroker
 from worker.kafka.progress import KafkaProgressLog, progress_topic
+from worker.kafka.stable import BrokerStableCheck
 from worker.kafka.transactions import TransactionalPublisher
 
 CHECKPOINTS = (1_000, 10_000, 100_000, 1_000_000)
@@ -46,6 +47,7 @@ def _publisher(k: KafkaConfig, tracker: OffsetTracker) -> TransactionalPublisher
         tracker,
         clients.Producers(k, 1_000_000),
         "bench-takeover",
+        BrokerStableCheck(k),
         progress=KafkaProgressLog(k, 1),
     )
 

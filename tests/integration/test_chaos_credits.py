@@ -139,10 +139,6 @@ def join_and_leave(workers: Fleet, members: list[Member], config: Config) -> Non
 # good). Which producer left one open after the last rebalance's claims is not found. A
 # failure now says, per partition, what read_committed and read_uncommitted readers find,
 # and what each worker counted.
-@pytest.mark.xfail(
-    reason="intermittent: answered results not visible to read_committed readers (open defect)",
-    strict=False,
-)
 def test_chaos_credits_workers_join_and_the_feeders_worker_leaves(
     kafka_config: Config, tmp_path: Path, chaos_report: ChaosReport
 ) -> None:

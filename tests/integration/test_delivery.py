@@ -25,6 +25,7 @@ from worker.engines.base import EngineInput, EngineOutOfMemory, OnComplete
 from worker.engines.echo import EchoEngine
 from worker.kafka import clients
 from worker.kafka.publisher import GenerationLost
+from worker.kafka.stable import BrokerStableCheck
 from worker.kafka.transactions import TransactionalPublisher
 from worker.loop.service import EXIT_WEDGED, Worker
 from worker.wire.messages import ChatMessage, InferenceRequest, SamplingParams
@@ -88,7 +89,14 @@ def test_commit_moves_offsets_and_a_loss_leaves_them(kafka_config: Config) -> No
     for topic, partition, offset in seen:
         tracker.add((topic, partition), offset)
     producers = clients.Producers.of(config.kafka, config.limits)
-    publisher = TransactionalPublisher(config.kafka, consumer, tracker, producers, f"txn-{uuid4()}")
+    publisher = TransactionalPublisher(
+        config.kafka,
+        consumer,
+        tracker,
+        producers,
+        f"txn-{uuid4()}",
+        BrokerStableCheck(config.kafka),
+    )
     publisher.assign({(t, p) for t, p, _ in seen})
     results, requests_topic = config.kafka.results_topic, config.kafka.requests_topic
 
@@ -111,12 +119,22 @@ def test_the_next_owner_of_a_partition_fences_the_previous_one(kafka_config: Con
     prefix = f"txn-{uuid4()}"
     producers = clients.Producers.of(kafka_config.kafka, kafka_config.limits)
     zombie = TransactionalPublisher(
-        kafka_config.kafka, consumer, OffsetTracker(), producers, prefix
+        kafka_config.kafka,
+        consumer,
+        OffsetTracker(),
+        producers,
+        prefix,
+        BrokerStableCheck(kafka_config.kafka),
     )
     zombie.assign([origin])
     zombie.send(results, "k", b"old", [], origin, lambda: None)
     successor = TransactionalPublisher(
-        kafka_config.kafka, consumer, OffsetTracker(), producers, prefix
+        kafka_config.kafka,
+        consumer,
+        OffsetTracker(),
+        producers,
+        prefix,
+        BrokerStableCheck(kafka_config.kafka),
     )
     successor.assign([origin])  # same partition, same transactional.id: the zombie is fenced
     successor.send(results, "k", b"new", [], origin, lambda: None)
@@ -135,12 +153,22 @@ def test_losing_a_partition_whose_producer_was_fenced_is_quiet(kafka_config: Con
     prefix = f"txn-{uuid4()}"
     producers = clients.Producers.of(kafka_config.kafka, kafka_config.limits)
     zombie = TransactionalPublisher(
-        kafka_config.kafka, consumer, OffsetTracker(), producers, prefix
+        kafka_config.kafka,
+        consumer,
+        OffsetTracker(),
+        producers,
+        prefix,
+        BrokerStableCheck(kafka_config.kafka),
     )
     zombie.assign([origin])
     zombie.send(results, "k", b"old", [], origin, lambda: None)  # a transaction left open
     successor = TransactionalPublisher(
-        kafka_config.kafka, consumer, OffsetTracker(), producers, prefix
+        kafka_config.kafka,
+        consumer,
+        OffsetTracker(),
+        producers,
+        prefix,
+        BrokerStableCheck(kafka_config.kafka),
     )
     successor.assign([origin])  # fences the zombie
     zombie.lost([origin])  # aborting on the fenced producer: logged, not raised

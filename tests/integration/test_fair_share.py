@@ -106,10 +106,6 @@ def owner(member: Member) -> bool:
 # transaction only when every overlapping one has ended; the worker's settling did not heal
 # it here, with no rebalance). Marked non-strict so one intermittent hit does not block
 # the rest landing; remove the mark with the fix.
-@pytest.mark.xfail(
-    reason="intermittent: answered results not visible to read_committed readers (open defect)",
-    strict=False,
-)
 def test_three_workers_share_fairly_and_a_dead_feeder_hands_over(
     kafka_config: Config, tmp_path: Path
 ) -> None:

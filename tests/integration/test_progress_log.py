@@ -21,6 +21,7 @@ from worker.kafka.committer import Committer, Handover
 from worker.kafka.failures import GenerationLost
 from worker.kafka.progress import KafkaProgressLog, progress_topic, record
 from worker.kafka.publisher import Outgoing
+from worker.kafka.stable import BrokerStableCheck
 from worker.kafka.transactions import TransactionalPublisher
 from worker.wire.progress import decode_progress
 
@@ -40,6 +41,7 @@ def _publisher(k: KafkaConfig, tracker: OffsetTracker, prefix: str) -> Transacti
         tracker,
         clients.Producers(k, 1_000_000),
         prefix,
+        BrokerStableCheck(k),
         progress=KafkaProgressLog(k, 1),
     )
 

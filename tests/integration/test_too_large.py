@@ -21,6 +21,7 @@ from worker.config import Config, LimitsConfig
 from worker.errors import ErrorCode
 from worker.kafka import clients
 from worker.kafka.publisher import AtLeastOncePublisher, MessageTooLarge, Publisher
+from worker.kafka.stable import BrokerStableCheck
 from worker.kafka.transactions import TransactionalPublisher
 from worker.wire.messages import InferenceRequest
 
@@ -35,7 +36,9 @@ def _publisher(config: Config, delivery: str) -> Publisher:
     consumer = clients.consumer(k)
     producers = clients.Producers(k, LIMIT)
     if delivery == "exactly_once":
-        txn = TransactionalPublisher(k, consumer, OffsetTracker(), producers, f"txn-{uuid4()}")
+        txn = TransactionalPublisher(
+            k, consumer, OffsetTracker(), producers, f"txn-{uuid4()}", BrokerStableCheck(k)
+        )
         txn.assign([(k.requests_topic, 0)])
         return txn
     return AtLeastOncePublisher(k, consumer, OffsetTracker(), producers)

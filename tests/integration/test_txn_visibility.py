@@ -37,6 +37,7 @@ from tests.integration.harness import read_topic, reader
 from worker.config import Config
 from worker.kafka import clients
 from worker.kafka.produce import KafkaProducer, RecordLimit
+from worker.kafka.stable import BrokerStableCheck
 from worker.kafka.transactions import SETTLE_MAX_GAP_S, TransactionalPublisher
 
 pytestmark = pytest.mark.integration
@@ -59,7 +60,12 @@ def test_a_chain_of_overlapping_transactions_all_become_visible(kafka_config: Co
     clients.ensure_topics(k, [k.results_topic], partitions=RESULT_PARTITIONS)
     tracker = OffsetTracker()
     publisher = TransactionalPublisher(
-        k, clients.consumer(k), tracker, clients.Producers(k, 1_000_000), f"chain-{uuid4()}"
+        k,
+        clients.consumer(k),
+        tracker,
+        clients.Producers(k, 1_000_000),
+        f"chain-{uuid4()}",
+        BrokerStableCheck(k),
     )
     origin: Partition = (k.requests_topic, 0)
     publisher.assign([origin])
@@ -86,6 +92,67 @@ def test_a_chain_of_overlapping_transactions_all_become_visible(kafka_config: Co
         assert sorted(m.key() or b"" for m in records) == sorted([first, *seconds, last])
     finally:
         publisher.close()
+
+
+def test_a_worker_giving_its_producer_up_mid_chain_leaves_its_answer_visible(
+    kafka_config: Config,
+) -> None:
+    """The chain of the test above, but the worker loses its last partition while the
+    other two transactions are still open, and the next owner claims its id (a new
+    epoch) once they have ended: a transaction the broker had not completed under the old
+    epoch was left so for good, since only a later transaction on its partition could
+    complete it. The worker settles before it gives its producer up (SETTLE_CLOSE_S)."""
+    k = replace(kafka_config.kafka, partitions=1)
+    clients.ensure_topics(k, [k.requests_topic])
+    clients.ensure_topics(k, [k.results_topic], partitions=RESULT_PARTITIONS)
+    prefix = f"chain-{uuid4()}"
+
+    def publisher(tracker: OffsetTracker) -> TransactionalPublisher:
+        return TransactionalPublisher(
+            k,
+            clients.consumer(k),
+            tracker,
+            clients.Producers(k, 1_000_000),
+            prefix,
+            BrokerStableCheck(k),
+        )
+
+    tracker = OffsetTracker()
+    worker = publisher(tracker)
+    origin: Partition = (k.requests_topic, 0)
+    worker.assign([origin])
+    second, third = (clients.producer(k, transactional_id=f"other-{uuid4()}") for _ in range(2))
+    for other in (second, third):
+        other.init_transactions(15)
+        other.begin_transaction()
+    first, seconds, last = _key(0, "first"), [_key(0, "second"), _key(1, "second")], _key(1, "3")
+    for key in seconds:
+        second.produce(k.results_topic, b"answer", key)
+    second.flush(15)
+    tracker.add(origin, 0)
+    worker.send(k.results_topic, first, b"answer", [], origin, partial(tracker.done, origin, 0))
+    worker.commit()  # ends while the second is open: not completed
+    third.produce(k.results_topic, b"answer", last)
+    third.flush(15)
+
+    def end_the_others() -> None:
+        time.sleep(0.5)  # the worker is giving its producer up meanwhile
+        second.commit_transaction(15)  # ends while the third is open
+        third.commit_transaction(15)  # completes itself and the second, not the worker's
+
+    ending = threading.Thread(target=end_the_others)
+    ending.start()
+    try:
+        worker.revoke([origin])
+    finally:
+        ending.join(30)
+    successor = publisher(OffsetTracker())
+    successor.assign([origin])  # claims the worker's id: a new epoch
+    try:
+        records = read_topic(kafka_config, k.results_topic, 4, timeout_s=15)
+        assert sorted(m.key() or b"" for m in records) == sorted([first, *seconds, last])
+    finally:
+        successor.close()
 
 
 #: A result is visible within SETTLE_MAX_GAP_S of the end of the last transaction
@@ -150,7 +217,9 @@ def test_three_overlapping_workers_ending_in_any_order_all_become_visible(
         producers = _GatedProducers(clients.Producers(k, 1_000_000))
         tracker = OffsetTracker()
         consumer = clients.consumer(k)
-        publisher = TransactionalPublisher(k, consumer, tracker, producers, f"w{number}-{uuid4()}")
+        publisher = TransactionalPublisher(
+            k, consumer, tracker, producers, f"w{number}-{uuid4()}", BrokerStableCheck(k)
+        )
         origin: Partition = (k.requests_topic, number)
         publisher.assign([origin])
         for offset, key in enumerate(keys):

@@ -20,6 +20,7 @@ from worker.kafka.consumer import KafkaConsumer
 from worker.kafka.outcome import TxOutcome
 from worker.kafka.progress import KafkaProgressLog, progress_topic
 from worker.kafka.publisher import AtLeastOncePublisher, Publisher
+from worker.kafka.stable import BrokerStableCheck
 from worker.kafka.transactions import TransactionalPublisher
 
 #: called with the outcome of every transaction that ends
@@ -91,8 +92,9 @@ class ConfluentClients(KafkaClients):
             count = clients.partition_count(k, k.requests_topic)
             clients.ensure_topics(k, [topic], count, compacted=True)
             progress = KafkaProgressLog(k, clients.partition_count(k, topic))
+            stable = BrokerStableCheck(k)
             return TransactionalPublisher(
-                k, consumer, tracker, self.producers, prefix, on_outcome, progress
+                k, consumer, tracker, self.producers, prefix, stable, on_outcome, progress
             )
         return AtLeastOncePublisher(k, consumer, tracker, self.producers)
 

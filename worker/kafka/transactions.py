@@ -29,10 +29,15 @@ completed by its producer's next transaction once the overlapping ones have ende
 the worker cannot see; so a worker that committed answers and then has none to commit
 *settles*: it ends offsets-only transactions, holding only the offsets it already
 committed (a no-op on Apache Kafka), at once and then after :data:`SETTLE_FIRST_S`
-doubling to :data:`SETTLE_MAX_GAP_S`, for :data:`SETTLE_WINDOW_S` after its last
-transaction with answers. An answer is thus visible within :data:`SETTLE_MAX_GAP_S` of
-the end of the last transaction overlapping it, if that ends within the window (a
-SIGKILLed worker's is aborted within a rebalance, ``session.timeout.ms``).
+doubling to :data:`SETTLE_MAX_GAP_S` (:data:`SETTLE_SLOW_GAP_S` once it has settled for
+:data:`SETTLE_WINDOW_S`), until the broker says that no partition of the topics it wrote
+is held back (:mod:`worker.kafka.stable`, asked beside each settling transaction). A
+fixed window was not enough: under other workers' load their transactions chain for
+longer than any window, and an answer left behind was invisible for good. Before the
+worker gives its producer up (it loses its last partition, changes its id or stops) it
+settles for up to :data:`SETTLE_CLOSE_S` more, waiting on each transaction: once its id
+is claimed by the next owner (a new epoch), only a later transaction on the same
+partitions could complete what it left.
 
 A transaction aborted for good (:class:`TransactionAborted`, after the committer's replays)
 marks the partitions whose answers it held: their answers waiting for the next handover are
@@ -66,14 +71,17 @@ from worker.kafka.produce import Headers, ProducerFactory, RecordLimits, record_
 from worker.kafka.progress import ProgressLog, ProgressRecord, record, resume
 from worker.kafka.publisher import OnAnswered, Outgoing, Publisher
 from worker.kafka.reclaim import Reclaimer
+from worker.kafka.stable import Answer, StableCheck
 
 log = logging.getLogger(__name__)
 
-#: settling (module doc): the first gap between offsets-only transactions, the longest,
-#: and for how long after the last transaction with answers
+#: settling (module doc): the first gap between offsets-only transactions, the longest, the
+#: gap once it has gone on for the window, and the most it adds to giving a producer up
 SETTLE_FIRST_S = 0.1
 SETTLE_MAX_GAP_S = 2.0
+SETTLE_SLOW_GAP_S = 10.0
 SETTLE_WINDOW_S = 30.0
+SETTLE_CLOSE_S = 3.0
 #: the most librdkafka adds to a record's key, value and header bytes when it checks
 #: ``message.max.bytes``: a record v2's varints (length, attributes, timestamp and offset
 #: deltas, key and value lengths, header count) ...
@@ -90,10 +98,12 @@ class TransactionalPublisher(Publisher):
         tracker: OffsetTracker,
         producers: ProducerFactory,
         prefix: str,
+        stable: StableCheck,
         on_outcome: Callable[[TxOutcome], None] = lambda outcome: None,
         progress: ProgressLog | None = None,
     ) -> None:
-        """``progress``: where progress records go and are read back from; None writes
+        """``stable``: whether the topics written are held back (settling, module doc).
+        ``progress``: where progress records go and are read back from; None writes
         none (a partition's next owner then repeats the answers above its committed
         offset: for tests of the commit path alone)."""
         super().__init__(kafka, consumer, tracker)
@@ -110,9 +120,13 @@ class TransactionalPublisher(Publisher):
         self._handed: Handover | None = None  # the handover in flight
         self._aborted: set[Partition] = set()  # aborted for good, not rewound yet
         self._reclaimer = Reclaimer(producers)
-        # settling (module doc): when the next offsets-only transaction is due, the gap
-        # after it, and until when; None: settled
-        self._settle: tuple[float, float, float] | None = None
+        # settling (module doc): when the next offsets-only transaction is due and the gap
+        # after it; None: settled. Since when, and the topics written since then
+        self._settle: tuple[float, float] | None = None
+        self._settle_since = 0.0
+        self._written: set[str] = set()
+        self._warned = False  # held for the window: said once per settling
+        self._stable = stable
 
     # -- the loop's side ---------------------------------------------------------------
 
@@ -191,6 +205,7 @@ class TransactionalPublisher(Publisher):
         txn_id = f"{self._prefix}.{topic}.{number}"
         if self._committer is not None and self._committer.transactional_id != txn_id:
             self.commit()  # what the old id holds, before it changes (a lower partition)
+            self._settle_out()
             self._close(flush=True)
         ids = [self._id(partition) for partition in sorted(gained)]
         self._reclaimer.claim([i for i in ids if i != txn_id])
@@ -198,9 +213,12 @@ class TransactionalPublisher(Publisher):
             self._committer = Committer(self._producers(txn_id), txn_id, self._outcome)
 
     def revoke(self, partitions: Collection[Partition]) -> None:
-        """Wait for the commit in flight, commit what is answered, hand ``partitions`` over."""
+        """Wait for the commit in flight, commit what is answered, hand ``partitions`` over
+        (settling first when they are the last: module doc)."""
         try:
             self.commit()
+            if self._owned <= set(partitions):
+                self._settle_out()
         finally:
             self._release(partitions, flush=True)
 
@@ -220,8 +238,10 @@ class TransactionalPublisher(Publisher):
     def close(self) -> None:
         try:
             self.commit()
+            self._settle_out()
         finally:
             self._release(list(self._owned), flush=True)
+            self._stable.close()
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -270,8 +290,12 @@ class TransactionalPublisher(Publisher):
             raise
         if handover is not None:
             if handover.records:
-                now = time.monotonic()
-                self._settle = (now, SETTLE_FIRST_S, now + SETTLE_WINDOW_S)
+                self._settle_since = time.monotonic()
+                self._settle = (self._settle_since, SETTLE_FIRST_S)
+                self._written.update(r.topic for r in handover.records)
+                if handover.progress:
+                    self._written.add(handover.progress_topic)
+                self._warned = False
             self._mark(handover.offsets)
 
     def _progress_records(self, partitions: Collection[Partition]) -> tuple[ProgressRecord, ...]:
@@ -289,15 +313,61 @@ class TransactionalPublisher(Publisher):
 
     def _settle_due(self) -> bool:
         """Whether an offsets-only transaction is due now (module doc); if so, the next
-        one is scheduled."""
+        one is scheduled and the broker asked whether anything is still held."""
         if self._settle is None:
             return False
-        due, gap, until = self._settle
+        due, gap = self._settle
         now = time.monotonic()
         if now < due:
             return False
-        self._settle = (now + gap, min(2 * gap, SETTLE_MAX_GAP_S), until) if now < until else None
+        if self._settled(self._stable.answer()):
+            return False
+        if now - self._settle_since >= SETTLE_WINDOW_S:
+            gap = SETTLE_SLOW_GAP_S
+        self._settle = (now + gap, min(2 * gap, SETTLE_MAX_GAP_S))
+        self._stable.ask(self._written)
         return True
+
+    def _settled(self, answer: Answer | None) -> bool:
+        """Whether ``answer`` ends settling: asked after the last transaction with
+        answers, it finds nothing held."""
+        if answer is None or answer.asked < self._settle_since:
+            return False
+        if answer.held:
+            if answer.asked - self._settle_since >= SETTLE_WINDOW_S and not self._warned:
+                self._warned = True
+                log.warning(
+                    "read_committed readers held back on %s for %.0f s after this worker's "
+                    "last answers: a transaction the broker has not completed",
+                    sorted(answer.held),
+                    answer.asked - self._settle_since,
+                )
+            return False
+        self._settle = None
+        self._written.clear()
+        return True
+
+    def _settle_out(self) -> None:
+        """Before the producer is given up: settle, waiting on each transaction and each
+        answer, until nothing is held or :data:`SETTLE_CLOSE_S` has passed."""
+        deadline = time.monotonic() + SETTLE_CLOSE_S
+        gap = SETTLE_FIRST_S
+        while self._settle is not None and self._committer is not None:
+            offsets = self._committed_offsets()
+            if not offsets:
+                return
+            metadata = self._consumer.consumer_group_metadata()
+            self._handed = Handover((), frozenset(), tuple(offsets), metadata)
+            self._committer.hand(self._handed)
+            self._finish()
+            self._stable.ask(self._written)
+            if self._settled(self._stable.wait(max(0.0, deadline - time.monotonic()))):
+                return
+            if time.monotonic() + gap >= deadline:
+                log.info("gave the producer up with %s held back", sorted(self._written))
+                return
+            time.sleep(gap)
+            gap = min(2 * gap, SETTLE_MAX_GAP_S)
 
     def _committed_offsets(self) -> list[TopicPartition]:
         found = []

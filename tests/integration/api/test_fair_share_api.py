@@ -163,10 +163,6 @@ def test_bob_is_not_behind_alice_with_one_worker(
 # transaction only when every overlapping one has ended; the worker's settling did not heal
 # it here, with no rebalance). Marked non-strict so one intermittent hit does not block
 # the rest landing; remove the mark with the fix.
-@pytest.mark.xfail(
-    reason="intermittent: answered results not visible to read_committed readers (open defect)",
-    strict=False,
-)
 def test_bob_is_not_behind_alice_with_three_workers(
     api_config: Config, serve: Serve, tmp_path: Path
 ) -> None:

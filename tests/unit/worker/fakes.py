@@ -70,6 +70,7 @@ from worker.wire.codec import decode_result, encode_request
 from worker.wire.messages import InferenceRequest, InferenceResult
 
 from .fake_producer import FakeProducers
+from .fake_stable import FakeStableCheck
 
 RebalanceKind = Literal["assign", "revoke", "lost"]
 
@@ -541,8 +542,9 @@ class FakeClients(KafkaClients):
                 progress_topic(self.kafka.requests_topic),
                 sum(1 for t, _ in self.broker.logs if t == self.broker.topic),
             )
+            stable = FakeStableCheck()
             return TransactionalPublisher(
-                self.kafka, consumer, tracker, producers, prefix, on_outcome, progress
+                self.kafka, consumer, tracker, producers, prefix, stable, on_outcome, progress
             )
         if self.delivery == "at_least_once":
             return AtLeastOncePublisher(self.kafka, consumer, tracker, producers)

@@ -5,7 +5,9 @@ What it promises: a commit holds every answer handed over since the last one and
 offsets they advance; answers given while a commit runs go into the next one; a revoke
 waits for the commit in flight; the worker's id is its lowest partition's, and an
 assignment fences every earlier user of its partitions' ids and aborts what they left
-open; a worker that falls idle after answers ends one offsets-only transaction; a
+open; a worker that falls idle after answers ends offsets-only transactions until the broker
+finds nothing held on the topics it wrote, and settles for a bounded time before giving its
+producer up; a
 transaction aborted for good drops its partitions' answers and offsets until rewound.
 """
 
@@ -21,11 +23,13 @@ from confluent_kafka import KafkaError
 
 from batcher import OffsetTracker, Partition
 from worker.config import KafkaConfig
+from worker.kafka import transactions
 from worker.kafka.committer import REPLAYS
 from worker.kafka.publisher import GenerationLost, TransactionAborted
 from worker.kafka.transactions import TransactionalPublisher
 
 from .fake_producer import FakeProducer, FakeProducers
+from .fake_stable import FakeStableCheck
 from .fakes import FakeBroker, FakeConsumer
 from .rig import WAIT_S
 
@@ -41,12 +45,14 @@ class _Worker:
         self.broker = FakeBroker(TOPIC, 3)
         self.tracker = OffsetTracker()
         self.prefix = f"txn-{uuid4()}"
+        self.stable = FakeStableCheck()
         self.publisher = TransactionalPublisher(
             KafkaConfig(commit_interval_ms=0),
             FakeConsumer(self.broker),
             self.tracker,
             FakeProducers(self.broker),
             self.prefix,
+            self.stable,
         )
         self.partitions: list[Partition] = [(TOPIC, p) for p in range(3)]
         self.next = [0, 0, 0]
@@ -110,6 +116,9 @@ def test_a_revoke_waits_for_the_commit_in_flight_and_commits_the_rest() -> None:
     assert w.broker.transactions == [
         (w.txn_id(0), 1, w.offsets(p0=1)),
         (w.txn_id(0), 1, w.offsets(p1=1)),
+        # its last partitions: it settles before giving its producer up, once when the
+        # broker finds nothing held
+        (w.txn_id(0), 0, w.offsets(p0=1, p1=1)),
     ]
 
 
@@ -124,6 +133,62 @@ def test_a_worker_falling_idle_after_answers_settles_with_offsets_only_transacti
         (w.txn_id(0), 2, w.offsets(p0=1, p1=1)),
         (w.txn_id(0), 0, w.offsets(p0=1, p1=1)),
     ]
+
+
+def test_settling_goes_on_while_a_written_partition_is_held_and_ends_once_none_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the gaps and the window shrunk a hundredfold: held past the window (where settling
+    # used to stop for good), it goes on at the slow gap, and stops once nothing is held
+    monkeypatch.setattr(transactions, "SETTLE_FIRST_S", 0.001)
+    monkeypatch.setattr(transactions, "SETTLE_MAX_GAP_S", 0.02)
+    monkeypatch.setattr(transactions, "SETTLE_SLOW_GAP_S", 0.05)
+    monkeypatch.setattr(transactions, "SETTLE_WINDOW_S", 0.3)
+    w = _Worker()
+    w.stable.held = {("results", 2)}
+    w.publisher.assign(w.partitions)
+    w.answer(0, 1)
+    w.publisher.commit()
+
+    def settles() -> int:
+        return len(w.broker.transactions) - 1
+
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and w.stable.asked < 12:
+        w.publisher.maybe_commit(time.monotonic(), idle=True)
+        time.sleep(0.005)
+    assert w.stable.asked >= 12  # past the 0.3 s window: more than its gaps allow within it
+    assert all(t[1] == 0 and t[2] == w.offsets(p0=1, p1=1) for t in w.broker.transactions[1:])
+    w.stable.held = set()
+    before = settles()
+    while time.monotonic() < deadline and w.publisher._settle is not None:
+        w.publisher.maybe_commit(time.monotonic(), idle=True)
+        time.sleep(0.005)
+    assert w.publisher._settle is None, "still settling with nothing held"
+    after = settles()
+    assert after - before <= 2  # the one asked beside the answer "nothing held", at most
+    time.sleep(0.1)
+    w.publisher.maybe_commit(time.monotonic(), idle=True)
+    assert settles() == after  # settled: no more
+
+
+def test_a_worker_giving_its_producer_up_settles_for_a_bounded_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(transactions, "SETTLE_FIRST_S", 0.01)
+    monkeypatch.setattr(transactions, "SETTLE_CLOSE_S", 0.3)
+    w = _Worker()
+    w.stable.held = {("results", 0)}
+    w.publisher.assign(w.partitions)
+    w.answer(0)
+    w.publisher.commit()
+    started = time.monotonic()
+    w.publisher.close()
+    # held throughout: several offsets-only transactions, then given up at the bound
+    assert time.monotonic() - started < WAIT_S
+    settles = w.broker.transactions[1:]
+    assert len(settles) >= 2
+    assert all(t[1] == 0 for t in settles)
 
 
 def test_the_worker_is_its_lowest_partition_and_reclaims_the_others_ids() -> None:
@@ -149,7 +214,11 @@ def test_an_assignment_of_a_lower_partition_commits_under_the_old_id_first() -> 
     w.publisher.assign(w.partitions[1:])
     w.answer(1)
     w.publisher.assign(w.partitions[:1])
-    assert w.broker.transactions == [(w.txn_id(1), 1, w.offsets(p1=1))]
+    # and settles under it (once: nothing held) before the id changes
+    assert w.broker.transactions == [
+        (w.txn_id(1), 1, w.offsets(p1=1)),
+        (w.txn_id(1), 0, w.offsets(p1=1)),
+    ]
     w.answer(0)
     w.publisher.commit()
     assert w.broker.transactions[-1] == (w.txn_id(0), 1, w.offsets(p0=1))
@@ -221,7 +290,7 @@ def test_a_revoke_commits_the_answers_ahead_of_an_unanswered_record() -> None:
     w.next[0] = 1
     w.answer(0, 0)
     w.publisher.revoke(w.partitions)
-    assert [n for _, n, _ in w.broker.transactions] == [2]
+    assert [n for _, n, _ in w.broker.transactions] == [2, 0]  # then one settle: its last
 
 
 def test_a_fenced_producer_of_lost_partitions_is_dropped_quietly() -> None:
