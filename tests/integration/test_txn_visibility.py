@@ -94,6 +94,34 @@ def test_a_chain_of_overlapping_transactions_all_become_visible(kafka_config: Co
         publisher.close()
 
 
+def test_the_stable_check_names_the_partitions_an_unfinished_transaction_holds(
+    kafka_config: Config,
+) -> None:
+    k = replace(kafka_config.kafka, partitions=1)
+    clients.ensure_topics(k, [k.results_topic], partitions=RESULT_PARTITIONS)
+    check = BrokerStableCheck(k)
+    try:
+        check.ask([k.results_topic])
+        answer = check.wait(30)
+        assert answer is not None and answer.held == frozenset()
+        producer = clients.producer(k, transactional_id=f"open-{uuid4()}")
+        producer.init_transactions(15)
+        producer.begin_transaction()
+        producer.produce(k.results_topic, b"answer", _key(1, "open"))
+        producer.flush(15)
+        asked = time.monotonic()
+        check.ask([k.results_topic])
+        answer = check.wait(30)
+        assert answer is not None and answer.asked >= asked
+        assert answer.held == {(k.results_topic, 1)}
+        producer.commit_transaction(15)
+        check.ask([k.results_topic])
+        answer = check.wait(30)
+        assert answer is not None and answer.held == frozenset()
+    finally:
+        check.close()
+
+
 def test_a_worker_giving_its_producer_up_mid_chain_leaves_its_answer_visible(
     kafka_config: Config,
 ) -> None:
