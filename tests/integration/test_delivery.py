@@ -111,31 +111,30 @@ def test_commit_moves_offsets_and_a_loss_leaves_them(kafka_config: Config) -> No
     consumer.close()
 
 
+def _same_slot(
+    config: Config, consumer: Consumer
+) -> tuple[TransactionalPublisher, TransactionalPublisher]:
+    """Two publishers under one transactional prefix: the second the next owner."""
+    prefix = f"txn-{uuid4()}"
+    producers = clients.Producers.of(config.kafka, config.limits)
+    k = config.kafka
+    zombie, successor = (
+        TransactionalPublisher(
+            k, consumer, OffsetTracker(), producers, prefix, BrokerStableCheck(k)
+        )
+        for _ in range(2)
+    )
+    return zombie, successor
+
+
 def test_the_next_owner_of_a_partition_fences_the_previous_one(kafka_config: Config) -> None:
     publish(kafka_config, requests(2))
     consumer, seen = consume_assigned(kafka_config, 2)
     origin = seen[0][:2]
     results = kafka_config.kafka.results_topic
-    prefix = f"txn-{uuid4()}"
-    producers = clients.Producers.of(kafka_config.kafka, kafka_config.limits)
-    zombie = TransactionalPublisher(
-        kafka_config.kafka,
-        consumer,
-        OffsetTracker(),
-        producers,
-        prefix,
-        BrokerStableCheck(kafka_config.kafka),
-    )
+    zombie, successor = _same_slot(kafka_config, consumer)
     zombie.assign([origin])
     zombie.send(results, "k", b"old", [], origin, lambda: None)
-    successor = TransactionalPublisher(
-        kafka_config.kafka,
-        consumer,
-        OffsetTracker(),
-        producers,
-        prefix,
-        BrokerStableCheck(kafka_config.kafka),
-    )
     successor.assign([origin])  # same partition, same transactional.id: the zombie is fenced
     successor.send(results, "k", b"new", [], origin, lambda: None)
     successor.commit()
@@ -150,26 +149,9 @@ def test_losing_a_partition_whose_producer_was_fenced_is_quiet(kafka_config: Con
     consumer, seen = consume_assigned(kafka_config, 2)
     origin = seen[0][:2]
     results = kafka_config.kafka.results_topic
-    prefix = f"txn-{uuid4()}"
-    producers = clients.Producers.of(kafka_config.kafka, kafka_config.limits)
-    zombie = TransactionalPublisher(
-        kafka_config.kafka,
-        consumer,
-        OffsetTracker(),
-        producers,
-        prefix,
-        BrokerStableCheck(kafka_config.kafka),
-    )
+    zombie, successor = _same_slot(kafka_config, consumer)
     zombie.assign([origin])
     zombie.send(results, "k", b"old", [], origin, lambda: None)  # a transaction left open
-    successor = TransactionalPublisher(
-        kafka_config.kafka,
-        consumer,
-        OffsetTracker(),
-        producers,
-        prefix,
-        BrokerStableCheck(kafka_config.kafka),
-    )
     successor.assign([origin])  # fences the zombie
     zombie.lost([origin])  # aborting on the fenced producer: logged, not raised
     with pytest.raises(RuntimeError, match="does not own"):
