@@ -6,7 +6,9 @@ a second). Tansu keeps every transactional id and each of its producer epochs in
 metadata document that it rewrites whole on every change, and never drops one, so a
 broker that served the whole session slowed test by test: the three-worker fair-share
 test took 61 s on a fresh broker and 167 s after the modules before it (docs/
-architecture.md §7). Each test gets unique topic names and group id, so tests never see
+architecture.md §7). Modules whose tests each start hundreds of producers or thousands of
+transactions (the publishers' races, the fair-share races) start one per test instead
+(``own_broker``). Each test gets unique topic names and group id, so tests never see
 each other's records. The chaos scenarios add their rows to one session report
 (``chaos_report``).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -24,14 +27,21 @@ from worker.config import Config
 from worker.kafka.broker import EmbeddedBroker
 
 
-@pytest.fixture(scope="module")
-def kafka_bootstrap() -> Iterator[str]:
+@contextmanager
+def own_broker() -> Iterator[str]:
+    """``KAFKA_BOOTSTRAP``, or an embedded broker of its own until the block ends."""
     external = os.environ.get("KAFKA_BOOTSTRAP")
     if external:
         yield external
         return
     with EmbeddedBroker() as broker:
         yield broker.bootstrap
+
+
+@pytest.fixture(scope="module")
+def kafka_bootstrap() -> Iterator[str]:
+    with own_broker() as bootstrap:
+        yield bootstrap
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ completed after 12.1 s, the large one after 13.1 s.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,12 +22,24 @@ import pytest
 
 from batchpipe.client import Client
 from bench.fairness_arms import lines
+from tests.integration.conftest import own_broker
 from tests.integration.fleet import Member, fleet
 from tests.integration.harness import ResultWatcher, running_worker, write_config
 from worker.config import Config
 from worker.kafka.cancellations import Stop, announce
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def kafka_bootstrap() -> Iterator[str]:
+    """A broker of each test's own: the races here run tens of thousands of requests
+    through thousands of transactions, which the embedded broker keeps for good in the one
+    metadata document it rewrites on every change (tests/integration/conftest.py: the
+    three-worker race took 61 s on a fresh broker, 167 s after the tests before it)."""
+    with own_broker() as bootstrap:
+        yield bootstrap
+
 
 #: the small batch completes within this fraction of the large one's time (issue 23)
 SMALL_SHARE = 0.10

@@ -31,14 +31,32 @@ from openai import OpenAI
 
 from batchpipe import client as client_module
 from batchpipe.batchfile import iter_file
-from batchpipe.client import BatchNotFoundError, Client, PublishIncompleteError
+from batchpipe.client import (
+    BatchNotFoundError,
+    Client,
+    CollectTimeoutError,
+    PublishIncompleteError,
+)
 from tests import ROOT
 from tests.integration.api.conftest import KEYS
-from tests.integration.harness import reader, running_worker, write_config
+from tests.integration.conftest import own_broker
+from tests.integration.harness import drain, reader, running_worker, write_config
 from worker.config import Config, EngineConfig
+from worker.feeder.headers import ALIVE_HEADER, BATCH_HEADER, END_HEADER
 from worker.feeder.naming import HOLD_S, pending_topic
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def kafka_bootstrap() -> Iterator[str]:
+    """A broker of each test's own: each test here starts hundreds of producers
+    (idempotent ones included), which the embedded broker keeps for good in the one
+    metadata document it rewrites on every change (tests/integration/conftest.py); on the
+    module's broker its last test failed its bound, and passed alone."""
+    with own_broker() as bootstrap:
+        yield bootstrap
+
 
 #: the bound the design states: no publisher hides another batch for longer
 BOUND_S = 60.0
@@ -248,11 +266,28 @@ def test_cli_processes_publishing_at_once_all_complete(
                 assert p.returncode == 0, err
                 ids.append(out.strip().splitlines()[-1])
             for batch_id in ids:
-                status = client.collect(
-                    batch_id, tmp_path / "o.jsonl", tmp_path / "e.jsonl", timeout_s=BOUND_S
-                )
+                try:
+                    status = client.collect(
+                        batch_id, tmp_path / "o.jsonl", tmp_path / "e.jsonl", timeout_s=BOUND_S
+                    )
+                except CollectTimeoutError as exc:
+                    where = _pending_of(config, batch_id)
+                    raise AssertionError(f"round {r}: {exc}; {where}") from exc
                 assert status.completed == 5, (r, status)
         print(f"{ROUNDS_CLI} rounds of {AT_ONCE_CLI} in {time.monotonic() - started:.0f} s")
+
+
+def _pending_of(config: Config, batch_id: str) -> str:
+    """What the pending topic holds of ``batch_id`` (its records and end marker, by offset)
+    for a fresh reader, read_committed: for the message of a batch that never completed."""
+    topic = pending_topic(config.kafka.requests_topic)
+    found = []
+    for m in drain(reader(config, topic), 10):
+        headers = dict(m.headers() or [])
+        if headers.get(BATCH_HEADER) == batch_id.encode():
+            kind = "end" if END_HEADER in headers else "alive" if ALIVE_HEADER in headers else "rec"
+            found.append(f"{m.offset()}:{kind}")
+    return f"{topic} holds of it, read again: {', '.join(found) or 'nothing'}"
 
 
 def test_collect_waits_for_a_batch_published_but_not_visible(

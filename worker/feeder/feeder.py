@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from prometheus_client import CollectorRegistry
 
 from worker.config import Config
+from worker.feeder.gaps import GapGuard
 from worker.feeder.metrics import FeederMetrics
 from worker.feeder.mover import Mover
 from worker.feeder.naming import ensure_pending, pending_topic, state_topic
@@ -35,6 +36,9 @@ IDLE_POLL_S = 0.05
 #: the most a scan reads between two feed steps
 SCAN_TURN_RECORDS = 20_000
 SCAN_TURN_S = 0.05
+#: how long the scan waits before it reads a hole in the pending offsets again
+#: (:mod:`worker.feeder.gaps`): the broker stores the missing batch within it
+REREAD_S = 0.02
 
 
 class Feeder:
@@ -42,6 +46,7 @@ class Feeder:
         self._config = config
         self._metrics = FeederMetrics(registry)
         self._mover: Mover | None = None
+        self._gaps = GapGuard()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="batchpipe-feeder", daemon=True)
 
@@ -92,7 +97,10 @@ class Feeder:
                     (scan.pause if full else scan.resume)(scan.assignment())
                     paused = full
                 records = self._scan_turn(scan, 0.0 if busy or paused else IDLE_POLL_S)
-                good = [m for m in records if _checked(m)]
+                good, again = self._gaps.admit([m for m in records if _checked(m)])
+                if again is not None:
+                    self._stop.wait(REREAD_S)
+                    scan.seek(TopicPartition(pending_topic(k.requests_topic), 0, again))
                 mover = self._mover  # a rebalance inside consume may have changed it
                 if mover is not None:
                     mover.note(good)
@@ -121,6 +129,7 @@ class Feeder:
             return
         self._drop()
         self._mover = Mover(self._config, consumer, self._metrics)
+        self._gaps.reset(self._mover.index.frontier)
         self._metrics.owner(True)
         log.info(
             "feeder: moving %s from offset %d", partitions[0].topic, self._mover.index.frontier
