@@ -116,10 +116,10 @@ class BrokerStableCheck:
             self._admin = clients.admin(self._kafka)
         for topic in topics:
             if topic not in self._partitions:
-                meta = self._admin.list_topics(topic, timeout=ASK_TIMEOUT_S).topics.get(topic)
-                if meta is None or meta.error is not None or not meta.partitions:
+                count = clients.partition_count(self._kafka, topic, ASK_TIMEOUT_S)
+                if not count:
                     raise ValueError(f"topic {topic!r} has no partitions")
-                self._partitions[topic] = len(meta.partitions)
+                self._partitions[topic] = count
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
         wanted = {TopicPartition(t, p): latest for t in topics for p in range(self._partitions[t])}
         ends = {}
